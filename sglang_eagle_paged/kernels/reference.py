@@ -1,0 +1,57 @@
+"""Plain-torch references for the two kernels, written for clarity, not speed."""
+
+import torch
+
+from .assign import PAIR_SENTINEL, TreeDraftLayout
+from .layout import extend_lens, num_new_pages_per_branch, pair_capacity
+
+
+def assign_tree_draft_slots_ref(req_pool_indices, req_to_token, seq_lens, alloc_loc,
+                                page_size: int, topk: int, steps: int) -> TreeDraftLayout:
+    """Same contract as :func:`..assign.assign_tree_draft_slots`; mutates ``req_to_token``."""
+    bs = seq_lens.shape[0]
+    cap = pair_capacity(bs, page_size, topk)
+    out_cache_loc = torch.empty(bs * topk * steps, dtype=torch.int64)
+    src_loc = torch.full((cap,), PAIR_SENTINEL, dtype=torch.int64)
+    tgt_loc = torch.full((cap,), PAIR_SENTINEL, dtype=torch.int64)
+
+    lens = seq_lens.cpu().long().tolist()
+    ext = extend_lens(seq_lens.cpu().long(), page_size, topk, steps).tolist()
+    pages = num_new_pages_per_branch(seq_lens.cpu().long(), page_size, steps).tolist()
+    alloc = alloc_loc.cpu().long()
+    start = 0
+    for i in range(bs):
+        seq_len, last = lens[i], lens[i] % page_size
+        span = pages[i] * page_size
+        mine = alloc[start:start + ext[i]]
+        start += ext[i]
+        row = int(req_pool_indices[i])
+        req_to_token[row, seq_len:seq_len + ext[i]] = mine.to(req_to_token.dtype).to(req_to_token.device)
+        # Indices below are relative to the page start of the prefix's last page.
+        region = torch.cat([req_to_token[row, seq_len - last:seq_len].cpu().long(), mine])
+        for b in range(topk):
+            head = b * span
+            out_cache_loc[(i * topk + b) * steps:(i * topk + b + 1) * steps] = region[head + last:head + last + steps]
+            if b == 0:
+                continue
+            base = (i * (topk - 1) + b - 1) * (page_size - 1)
+            src_loc[base:base + last] = region[0:last]
+            tgt_loc[base:base + last] = region[head:head + last]
+    dev = seq_lens.device
+    return TreeDraftLayout(out_cache_loc.to(dev), src_loc.to(dev), tgt_loc.to(dev))
+
+
+def duplicate_kv_pairs_ref(buffers, tgt_loc, src_loc) -> None:
+    """Copy row ``src_loc[i]`` to row ``tgt_loc[i]`` of every buffer, skipping negative entries.
+
+    Pairs must be disjoint (no target is also a source): that is what makes the
+    one-launch parallel copy order-free, so the reference checks it.
+    """
+    live = (src_loc >= 0) & (tgt_loc >= 0)
+    src, tgt = src_loc[live].long(), tgt_loc[live].long()
+    if src.numel() == 0:
+        return
+    assert not bool(torch.isin(tgt, src).any()), "a duplication target is also a source"
+    assert tgt.unique().numel() == tgt.numel(), "a slot is a duplication target twice"
+    for buf in buffers:
+        buf[tgt] = buf[src]
