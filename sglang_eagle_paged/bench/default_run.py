@@ -1,0 +1,132 @@
+"""``sglang-eagle-paged serve-default``: launch stock SGLang on the embedded
+default model pair with a wide EAGLE tree on 64-token pages, benchmark it on
+MT-bench, print the table and shut the server down."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from sglang_eagle_paged.bench import mtbench, report
+from sglang_eagle_paged.bench.server import (
+    ServerProcess,
+    ServerStartError,
+    eagle_server_args,
+    mode_env,
+    num_draft_tokens_for,
+)
+from sglang_eagle_paged.mode import current_mode
+
+
+def testbed_path(name: str) -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("sglang_eagle_paged").joinpath("testbed", name)))
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except Exception:  # compiled extensions raise OSError etc. on a bad CUDA setup
+        return False
+
+
+def pick_attention_backend() -> str:
+    """fa3 on Hopper when sgl_kernel ships it, else flashinfer, else triton."""
+    sm = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            sm = torch.cuda.get_device_capability()
+    except Exception:
+        pass
+    if sm is not None and sm[0] == 9 and (_importable("sgl_kernel.flash_ops") or _importable("sgl_kernel.flash_attn")):
+        return "fa3"
+    if _importable("flashinfer"):
+        return "flashinfer"
+    return "triton"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-path", default=None, help="target model (default: embedded testbed/target)")
+    parser.add_argument("--speculative-draft-model-path", default=None,
+                        help="EAGLE draft model (default: embedded testbed/draft)")
+    parser.add_argument("--speculative-algorithm", default="EAGLE")
+    parser.add_argument("--speculative-eagle-topk", type=int, default=8)
+    parser.add_argument("--speculative-num-steps", type=int, default=5)
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=64)
+    parser.add_argument("--page-size", type=int, default=64)
+    parser.add_argument("--attention-backend", default="auto", help="auto: fa3 > flashinfer > triton")
+    parser.add_argument("--mode", default=None, choices=["on", "off", "fake"],
+                        help="SGLANG_EAGLE_PAGED for the server (default: the current environment, else on)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--load-format")
+    parser.add_argument("--max-total-tokens", type=int)
+    parser.add_argument("--mem-fraction-static", type=float)
+    parser.add_argument("--server-extra-args", default=mtbench.DEFAULT_EXTRA_SERVER_ARGS)
+    parser.add_argument("--startup-timeout", type=float, default=900.0)
+    parser.add_argument("--log-file", default="sglang_eagle_paged_server.log")
+    parser.add_argument("--dry-run", action="store_true", help="print the server command and exit")
+    mtbench.add_client_arguments(parser)
+
+
+def run(args) -> int:
+    target = Path(args.model_path) if args.model_path else testbed_path("target")
+    draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path("draft")
+    # Only the embedded pair is checked: a user path may be a hub id that SGLang resolves itself.
+    missing = [str(p) for given, p in ((args.model_path, target), (args.speculative_draft_model_path, draft))
+               if not given and not p.exists()]
+    backend = pick_attention_backend() if args.attention_backend == "auto" else args.attention_backend
+    mode = args.mode or current_mode().value
+    server_args = eagle_server_args(
+        model_path=str(target), draft_model_path=str(draft), host=args.host, port=args.port,
+        page_size=args.page_size, topk=args.speculative_eagle_topk, steps=args.speculative_num_steps,
+        num_draft_tokens=num_draft_tokens_for(args.speculative_eagle_topk, args.speculative_num_steps,
+                                              args.speculative_num_draft_tokens),
+        attention_backend=backend, algorithm=args.speculative_algorithm, load_format=args.load_format,
+        max_total_tokens=args.max_total_tokens, mem_fraction_static=args.mem_fraction_static,
+        extra=shlex.split(args.server_extra_args or ""),
+    )
+    cmd = [sys.executable, "-m", "sglang.launch_server", *server_args]
+    if args.dry_run:
+        print(f"SGLANG_EAGLE_PAGED={mode} {shlex.join(cmd)}")
+    if missing:
+        print("embedded default model pair not found: " + ", ".join(missing)
+              + "\npass --model-path and --speculative-draft-model-path for your own target/draft pair",
+              file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return 0
+
+    try:
+        questions = mtbench.load_questions(args.question_file, args.num_questions)
+    except mtbench.QuestionsNotFound as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    tokenizer = args.tokenizer
+    if tokenizer is None and (target / "tokenizer_config.json").exists():
+        tokenizer = str(target)
+    print(f"launching server (mode={mode}, backend={backend}, page={args.page_size}); log: {args.log_file}",
+          file=sys.stderr)
+    try:
+        with ServerProcess(server_args, host=args.host, port=args.port, env=mode_env(mode),
+                           log_path=args.log_file, startup_timeout=args.startup_timeout) as srv:
+            result = mtbench.run_benchmark(
+                srv.base_url, questions, parallel=args.parallel, max_new_tokens=args.max_new_tokens,
+                tokenizer=tokenizer, progress=not args.no_progress, ignore_eos=args.ignore_eos,
+                extra_metadata={"server_args": server_args, "server_mode": mode},
+            )
+    except ServerStartError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    md = report.run_markdown(result)
+    print(md)
+    if args.out:
+        j, _ = mtbench.write_outputs(args.out, args.name or "serve_default", result, md)
+        print(f"wrote {j}", file=sys.stderr)
+    return 0 if result["summary"]["num_errors"] == 0 else 1
