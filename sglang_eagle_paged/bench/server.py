@@ -38,8 +38,9 @@ def find_free_port(host: str = "127.0.0.1") -> int:
 
 
 def num_draft_tokens_for(topk: int, steps: int, requested: int | None) -> int:
-    # A chain (topk 1) verifies exactly one token per step plus the bonus
-    # token; SGLang rejects any other value there.
+    # A chain (topk 1) verifies one token per step plus the bonus token.
+    # SGLang silently rewrites any other value, which would make the
+    # recorded configuration disagree with the one that ran.
     if topk == 1:
         return steps + 1
     return requested if requested else topk * steps
