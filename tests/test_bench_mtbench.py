@@ -296,6 +296,7 @@ def test_sweep_failed_launch_is_error_row(tmp_path, fake_server, question_file):
     rows = mtbench.run_sweep(_sweep_args(tmp_path), qs, launcher=FakeLauncher)
     assert [r["status"] for r in rows] == ["ok", "error"]
     assert rows[1]["page_size"] == 16 and "page 16 unsupported" in rows[1]["log_tail"]
+    assert rows[1]["error"].endswith("RuntimeError: page 16 unsupported")
     assert rows[0]["acceptance_length"] == pytest.approx(3.0)
     assert rows[0]["throughput_vs_page1"] == pytest.approx(1.0)
     assert rows[1]["throughput_vs_page1"] is None
@@ -344,3 +345,4 @@ def test_serve_default_missing_testbed(monkeypatch, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--speculative-eagle-topk 8" in out and "--speculative-num-draft-tokens 64" in out
     assert "--page-size 64" in out and "--attention-backend triton" in out
+

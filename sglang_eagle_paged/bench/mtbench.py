@@ -413,6 +413,10 @@ def run_sweep(args, questions: Sequence[dict], launcher: Callable[..., Any] = Se
             row.update(status="error", error=f"{type(exc).__name__}: {first_line}")
             if isinstance(exc, ServerStartError):
                 row["log_tail"] = exc.log_tail
+                # The server's own last words usually name the cause (OOM, bad flag combination).
+                last = [ln.strip() for ln in exc.log_tail.splitlines() if ln.strip()]
+                if last:
+                    row["error"] += f" | {last[-1][:300]}"
             rows.append(row)
             continue
         write_outputs(out_dir / "points", tag, result, report.run_markdown(result))
