@@ -69,9 +69,12 @@ def _assign_tree_draft_slots_kernel(
     row = req_to_token + tl.load(req_pool_indices + pid).to(tl.int64) * pool_len
 
     # 1. The row past the prefix: all branches' pages, exactly as allocated.
+    #    SGLang sizes rows for context + draft tokens, not for topk branches of
+    #    whole pages: near the context limit the tail would spill into the next
+    #    request's row, so it is clipped to this row.
     for j0 in range(0, extend_len, BLOCK):
         offs = j0 + tl.arange(0, BLOCK)
-        m = offs < extend_len
+        m = (offs < extend_len) & (seq_len + offs < pool_len)
         loc = tl.load(my_alloc + offs, mask=m)
         tl.store(row + seq_len + offs, loc.to(tl.int32), mask=m)
 

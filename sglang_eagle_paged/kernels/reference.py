@@ -26,7 +26,8 @@ def assign_tree_draft_slots_ref(req_pool_indices, req_to_token, seq_lens, alloc_
         mine = alloc[start:start + ext[i]]
         start += ext[i]
         row = int(req_pool_indices[i])
-        req_to_token[row, seq_len:seq_len + ext[i]] = mine.to(req_to_token.dtype).to(req_to_token.device)
+        fit = max(0, min(ext[i], req_to_token.shape[1] - seq_len))  # clipped to the row
+        req_to_token[row, seq_len:seq_len + fit] = mine[:fit].to(req_to_token.dtype).to(req_to_token.device)
         # Indices below are relative to the page start of the prefix's last page.
         region = torch.cat([req_to_token[row, seq_len - last:seq_len].cpu().long(), mine])
         for b in range(topk):

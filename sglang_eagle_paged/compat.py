@@ -1,0 +1,75 @@
+"""Everything that depends on the SGLang release lives here.
+
+The rest of the package imports SGLang symbols only through this module, so a
+new release means editing one file.
+"""
+
+import functools
+import importlib.metadata
+
+from packaging.version import Version
+
+SUPPORTED_MIN = Version("0.5.11")
+SUPPORTED_MAX = Version("0.5.12.post1")
+SUPPORTED_RANGE = f">={SUPPORTED_MIN},<={SUPPORTED_MAX}"
+
+# Dotted targets of the hooks, in the form SGLang's HookRegistry takes.
+EAGLE_WORKER = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
+DRAFT_PREPROCESS = EAGLE_WORKER + "._draft_preprocess_decode"
+MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
+MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
+SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
+
+
+class UnsupportedSGLang(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def sglang_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def version_problem(version: str | None = None) -> str | None:
+    """None when the installed SGLang is one we hook; otherwise why not."""
+    version = version if version is not None else sglang_version()
+    if version is None:
+        return "SGLang is not installed"
+    if not SUPPORTED_MIN <= Version(version) <= SUPPORTED_MAX:
+        return (
+            f"SGLang {version} is outside the supported range {SUPPORTED_RANGE} "
+            "(the releases with both the v1 EAGLEWorker and the sglang.srt.plugins "
+            "framework); older releases: see `sglang-eagle-paged patch --check`"
+        )
+    return None
+
+
+def require_supported() -> str:
+    problem = version_problem()
+    if problem:
+        raise UnsupportedSGLang(problem)
+    return sglang_version()
+
+
+# --- SGLang internals the worker calls (same names in 0.5.11 .. 0.5.12.post1) ---
+
+def alloc_paged_token_slots_extend(*args, **kwargs):
+    from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend as impl
+
+    return impl(*args, **kwargs)
+
+
+def get_last_loc_large_page_size_large_top_k(*args, **kwargs):
+    from sglang.srt.speculative.spec_utils import get_last_loc_large_page_size_large_top_k as impl
+
+    return impl(*args, **kwargs)
+
+
+def resolve(target: str):
+    """Import a dotted ``module.Class[.attr]`` path, the form HookRegistry takes."""
+    import pkgutil
+
+    return pkgutil.resolve_name(target)

@@ -1,0 +1,123 @@
+"""``sglang-eagle-paged doctor``: what is installed, what is hooked, and a kernel self-test."""
+
+import importlib.metadata
+import os
+import sys
+
+
+def add_arguments(parser):
+    parser.add_argument("--no-self-test", action="store_true", help="skip the kernel self-test")
+
+
+def _line(ok, label, detail):
+    mark = {True: "ok  ", False: "FAIL", None: "info"}[ok]
+    print(f"[{mark}] {label:22s} {detail}")
+    return ok is not False
+
+
+def _entry_point():
+    for ep in importlib.metadata.entry_points(group="sglang.srt.plugins"):
+        if ep.value.startswith("sglang_eagle_paged."):
+            return ep
+    return None
+
+
+def _self_test(device: str) -> str:
+    """Both kernels on a small random case against their torch references."""
+    import torch
+
+    from .kernels import KVBufferTable, assign_tree_draft_slots, duplicate_kv_pairs
+    from .kernels.layout import extend_lens
+    from .kernels.reference import assign_tree_draft_slots_ref, duplicate_kv_pairs_ref
+
+    page, topk, steps = 16, 4, 3
+    seq_lens = torch.tensor([5, 16, 37, 1])
+    rows = torch.tensor([1, 2, 3, 4])
+    r2t = torch.zeros(8, 512, dtype=torch.int32)
+    next_page = 1
+    for row, n in zip(rows.tolist(), seq_lens.tolist()):
+        npages = -(-n // page)
+        r2t[row, :n] = (torch.arange(npages * page) + next_page * page)[:n].int()
+        next_page += npages
+    alloc = []
+    for n, ext in zip(seq_lens.tolist(), extend_lens(seq_lens, page, topk, steps).tolist()):
+        last_slot = int(r2t[rows[len(alloc)], n - 1])
+        fill = [] if n % page == 0 else list(range(last_slot + 1, (last_slot // page + 1) * page))
+        fresh = list(range(next_page * page, next_page * page + ext - len(fill)))
+        next_page += -(-len(fresh) // page)
+        alloc.append(torch.tensor(fill + fresh))
+    alloc = torch.cat(alloc)
+    ref_r2t = r2t.clone()
+    want = assign_tree_draft_slots_ref(rows, ref_r2t, seq_lens, alloc, page, topk, steps)
+    got_r2t = r2t.to(device)
+    got = assign_tree_draft_slots(rows.to(device), got_r2t, seq_lens.to(device), alloc.to(device), page, topk, steps)
+    for name in ("out_cache_loc", "src_loc", "tgt_loc"):
+        if not torch.equal(getattr(got, name).cpu(), getattr(want, name)):
+            return f"assignment kernel differs from the reference in {name}"
+    if not torch.equal(got_r2t.cpu(), ref_r2t):
+        return "assignment kernel differs from the reference in req_to_token"
+    bufs = [torch.randn(next_page * page, 2, 8).to(torch.bfloat16) for _ in range(2)]
+    ref = [b.clone() for b in bufs]
+    duplicate_kv_pairs_ref(ref, want.tgt_loc, want.src_loc)
+    dev_bufs = [b.to(device) for b in bufs]
+    duplicate_kv_pairs(KVBufferTable.from_buffers(dev_bufs), got.tgt_loc, got.src_loc)
+    if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
+        return "duplication kernel differs from the reference"
+    return ""
+
+
+def run(args) -> int:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from . import __version__, compat
+    from .mode import ENV_VAR, current_mode
+
+    ok = True
+    ok &= _line(None, "sglang-eagle-paged", __version__)
+    problem = compat.version_problem()
+    ok &= _line(problem is None, "sglang", (compat.sglang_version() or "not installed") + (f": {problem}" if problem else f" (supported: {compat.SUPPORTED_RANGE})"))
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "not installed"
+    _line(None, "torch / triton", f"{torch.__version__} / {triton_version}")
+    ep = _entry_point()
+    ok &= _line(ep is not None, "entry point", f"{ep.group}: {ep.name} = {ep.value}" if ep else "not discovered: is the package installed (pip install .)?")
+    allow = os.environ.get("SGLANG_PLUGINS")
+    if allow and ep and ep.name not in {x.strip() for x in allow.split(",")}:
+        ok &= _line(False, "SGLANG_PLUGINS", f"{allow!r} excludes {ep.name!r}: SGLang will not load us")
+    try:
+        mode = current_mode()
+        _line(None, "mode", f"{ENV_VAR}={mode.value}")
+    except ValueError as exc:
+        return int(not _line(False, "mode", str(exc)))
+    if problem is None and mode.value != "off":
+        try:
+            from . import plugin
+
+            plugin.register()
+            from sglang.srt.plugins.hook_registry import HookRegistry
+
+            for target in plugin._hooks(mode):
+                ok &= _line(target in HookRegistry._patched, "hook", target)
+        except SystemExit as exc:
+            ok &= _line(False, "hooks", str(exc))
+        except Exception as exc:  # doctor reports, never crashes
+            ok &= _line(False, "hooks", f"{type(exc).__name__}: {exc}")
+    if not args.no_self_test:
+        label = f"kernel self-test ({device}{', Triton interpreter' if device == 'cpu' else ''})"
+        try:
+            err = _self_test(device)
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {exc}"
+        ok &= _line(not err, label, err or "assignment and duplication match the torch references")
+    print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run(type("A", (), {"no_self_test": False})()))

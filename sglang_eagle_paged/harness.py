@@ -1,0 +1,120 @@
+"""SGLang's real pools and allocator on any device, driving the draft-preprocess step.
+
+Used by the CPU demo, ``doctor``'s self-test and the tests. The batch and worker
+are plain namespaces holding exactly the attributes ``_draft_preprocess_decode``
+reads, so both SGLang's method and ours can run on them unchanged.
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+
+def _ensure_global_server_args():
+    # get_last_loc() reads the attention backend from SGLang's global server args,
+    # which only a real launch sets; any page-table backend name routes the same way.
+    from sglang.srt import server_args as sa
+
+    if getattr(sa, "_global_server_args", None) is None:
+        sa.set_global_server_args_for_scheduler(SimpleNamespace(attention_backend="fa3"))
+
+
+class PagedTreeHarness:
+    def __init__(self, page_size: int, topk: int, steps: int, *, num_tokens: int = 8192,
+                 head_num: int = 2, head_dim: int = 8, layer_num: int = 1,
+                 dtype=torch.bfloat16, max_reqs: int = 64, max_context_len: int = 4096,
+                 device: str = "cpu", seed: int = 0):
+        from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+
+        _ensure_global_server_args()
+        self.page_size, self.topk, self.steps, self.device = page_size, topk, steps, device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.req_to_token_pool = ReqToTokenPool(max_reqs, max_context_len, device, False)
+        self.kv_pool = MHATokenToKVPool(
+            num_tokens, page_size, dtype, head_num, head_dim, layer_num, device, False,
+            enable_kv_cache_copy=False,
+        )
+        self.allocator = PagedTokenToKVPoolAllocator(
+            num_tokens, page_size, dtype, device, self.kv_pool, need_sort=False
+        )
+        self.tree_cache = SimpleNamespace(
+            token_to_kv_pool_allocator=self.allocator, is_chunk_cache=lambda: True
+        )
+        self.worker = SimpleNamespace(
+            page_size=page_size, topk=topk, speculative_num_steps=steps, device=device,
+            draft_model_runner=SimpleNamespace(token_to_kv_pool=self.kv_pool),
+            token_to_kv_pool_allocator=self.allocator,
+            # SGLang's own method stores these on the worker
+            extend_lens=None, num_new_pages_per_topk=None,
+        )
+        self.requests = {}  # req_pool_idx -> prefix slots (CPU tensor)
+
+    # --- requests ---------------------------------------------------------------
+    def add_request(self, seq_len: int) -> int:
+        """Allocate a prefix the way prefill does and fill its KV with random bytes."""
+        row = self.req_to_token_pool.free_slots.pop(0)
+        zeros = torch.zeros(1, dtype=torch.int64, device=self.device)
+        lens = torch.tensor([seq_len], dtype=torch.int64)
+        last_loc = torch.full((1,), -1, dtype=torch.int64, device=self.device)
+        slots = self.allocator.alloc_extend(zeros, zeros.cpu(), lens.to(self.device), lens, last_loc, seq_len)
+        if slots is None:
+            raise MemoryError(f"KV pool full: cannot hold a prefix of {seq_len}")
+        self.req_to_token_pool.req_to_token[row, :seq_len] = slots.to(torch.int32)
+        for buf in self.kv_pool.k_buffer + self.kv_pool.v_buffer:
+            noise = torch.randint(0, 256, (seq_len, buf[0].numel() * buf.element_size()), generator=self.gen, dtype=torch.uint8)
+            buf.view(torch.uint8).view(buf.shape[0], -1)[slots.cpu()] = noise.to(self.device)
+        self.requests[row] = slots.cpu()
+        return row
+
+    def finish_request(self, row: int) -> None:
+        self.allocator.free(self.requests.pop(row).to(self.device))
+        self.req_to_token_pool.free_slots.append(row)
+
+    def batch(self, rows) -> SimpleNamespace:
+        seq_lens_cpu = torch.tensor([len(self.requests[r]) for r in rows], dtype=torch.int64)
+        return SimpleNamespace(
+            reqs=[SimpleNamespace(decode_batch_idx=0) for _ in rows],
+            maybe_evict_swa=lambda: None,
+            batch_size=lambda: len(rows),
+            spec_info=SimpleNamespace(bonus_tokens=torch.zeros(len(rows), dtype=torch.int64), positions=None),
+            sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
+            req_to_token_pool=self.req_to_token_pool,
+            req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=self.device),
+            seq_lens=seq_lens_cpu.to(self.device),
+            seq_lens_cpu=seq_lens_cpu,
+            tree_cache=self.tree_cache,
+            out_cache_loc=None,
+            seq_lens_sum=None,
+            return_hidden_states=True,
+        )
+
+    # --- checks -----------------------------------------------------------------
+    def branch_pages(self, row: int, seq_len: int):
+        """For each branch, the slots a page-table backend reads for its partial page."""
+        page, last = self.page_size, seq_len % self.page_size
+        span = ((last + self.steps + page - 1) // page) * page
+        r2t = self.req_to_token_pool.req_to_token[row].cpu().long()
+        head = seq_len - last
+        out = []
+        for b in range(self.topk):
+            first = int(r2t[head + b * span])
+            page_id = first // page
+            # a page-table backend addresses page_id * page + offset, not req_to_token
+            out.append((page_id, torch.arange(last) + page_id * page))
+        return out
+
+    def mismatched_branches(self, rows) -> list:
+        """(row, branch, layer) triples whose partial page differs from the prefix's."""
+        bad = []
+        buffers = self.kv_pool.k_buffer + self.kv_pool.v_buffer
+        for row in rows:
+            prefix = self.requests[row]
+            seq_len, last = len(prefix), len(prefix) % self.page_size
+            want = prefix[seq_len - last:]
+            for b, (_, slots) in enumerate(self.branch_pages(row, seq_len)):
+                for layer, buf in enumerate(buffers):
+                    a = buf.view(torch.uint8).view(buf.shape[0], -1)
+                    if not torch.equal(a[slots.to(self.device)].cpu(), a[want.to(self.device)].cpu()):
+                        bad.append((row, b, layer))
+        return bad

@@ -1,0 +1,89 @@
+"""Backs ``MHATokenToKVPool.move_kv_cache`` with the one-launch duplication kernel.
+
+Only pair buffers produced by the tree-draft assignment are routed to our kernel:
+those are disjoint by construction (no target is also a source) and padded with
+sentinels. Every other caller (e.g. the post-verify compaction in
+``eagle_info.py``, whose targets can be other pairs' sources) keeps SGLang's own
+in-place-safe implementation, untouched.
+"""
+
+import torch
+
+from .kernels import KVBufferTable, duplicate_kv_pairs
+
+# Attribute set on the target tensor by the worker. A tensor attribute rather than
+# a global registry: it dies with the tensor and cannot match a reused address.
+DISJOINT_PAIRS_ATTR = "_eagle_paged_disjoint_pairs"
+_TABLE_ATTR = "_eagle_paged_kv_table"
+
+
+def mark_disjoint_pairs(tgt_loc: torch.Tensor) -> torch.Tensor:
+    setattr(tgt_loc, DISJOINT_PAIRS_ATTR, True)
+    return tgt_loc
+
+
+def is_disjoint_pairs(tgt_loc: torch.Tensor) -> bool:
+    return getattr(tgt_loc, DISJOINT_PAIRS_ATTR, False)
+
+
+def pool_buffers(pool) -> list | None:
+    """The K and V buffers of a plain MHA pool, or None for layouts we do not copy.
+
+    Exact type match on purpose: subclasses (FP4 with scale buffers, no-op pools)
+    may hold state beside ``k_buffer``/``v_buffer`` that a row copy would miss.
+    """
+    from .compat import MHA_POOL, resolve
+
+    if type(pool) is not resolve(MHA_POOL):
+        return None
+    k, v = pool.k_buffer, pool.v_buffer
+    buffers = list(k) + list(v)
+    if not buffers or not all(b.is_contiguous() for b in buffers):
+        return None
+    return buffers
+
+
+def buffer_table(pool, buffers) -> KVBufferTable:
+    # Cached on the pool; rebuilt if its buffers were re-created (e.g. memory saver).
+    table = getattr(pool, _TABLE_ATTR, None)
+    if table is None or not table.matches(buffers):
+        table = KVBufferTable.from_buffers(buffers)
+        setattr(pool, _TABLE_ATTR, table)
+    return table
+
+
+def duplicate_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
+    """Copy with our kernel if the pool is one we handle; False means "not handled"."""
+    buffers = pool_buffers(pool)
+    if buffers is None:
+        return False
+    duplicate_kv_pairs(buffer_table(pool, buffers), tgt_loc, src_loc)
+    return True
+
+
+def _sentinels_to_dummy_slot(loc: torch.Tensor) -> torch.Tensor:
+    # SGLang reserves slot 0 of every KV pool for padded tokens, so a 0 -> 0 copy is
+    # a harmless no-op for implementations that do not know our sentinel. clamp
+    # keeps the length (and so the host's knowledge of it): no sync.
+    return loc.clamp_min(0)
+
+
+def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
+    """Duplicate draft KV through the pool's own ``move_kv_cache`` (the design card's call).
+
+    Plain MHA pools reach our kernel through the hook; wrapper pools (SWA, hybrid)
+    forward to their inner pools, and get sentinel-free locations they can translate.
+    """
+    if pool_buffers(pool) is not None:
+        pool.move_kv_cache(mark_disjoint_pairs(tgt_loc), src_loc)
+    else:
+        pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
+
+
+def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
+    """AROUND hook for ``MHATokenToKVPool.move_kv_cache``."""
+    if is_disjoint_pairs(tgt_loc):
+        if duplicate_in_pool(pool, tgt_loc, src_loc):
+            return None
+        return original(pool, _sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
+    return original(pool, tgt_loc, src_loc)

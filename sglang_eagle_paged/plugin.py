@@ -1,0 +1,85 @@
+"""Entry point of group ``sglang.srt.plugins``: registers our hooks with SGLang.
+
+SGLang calls :func:`register` in the launcher, the engine and every scheduler
+process. SGLang only logs a plugin's exceptions, so a hook that did not take is
+turned into a ``SystemExit`` here: a server that silently drafts on the wrong
+path is worse than one that does not start.
+"""
+
+import logging
+import os
+
+from . import compat
+from .mode import ENV_VAR, Mode, current_mode
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+_state = {"registered": False, "active": None}
+
+
+def _hooks(mode: Mode):
+    from .kv_copy import move_kv_cache_hook
+    from .server_args_gate import spec_args_hook
+    from .worker import draft_preprocess_decode_hook
+
+    hooks = {compat.DRAFT_PREPROCESS: draft_preprocess_decode_hook, compat.SPEC_ARGS_CHECK: spec_args_hook}
+    if mode is Mode.ON:
+        # fake skips the draft copy only; move_kv_cache's other callers stay SGLang's
+        hooks[compat.MOVE_KV_CACHE] = move_kv_cache_hook
+    return hooks
+
+
+def _fail(message: str):
+    logger.critical("[sglang-eagle-paged] %s", message)
+    raise SystemExit(f"[sglang-eagle-paged] {message} (set {ENV_VAR}=off to run stock SGLang)")
+
+
+def register() -> None:
+    """Register and apply our hooks; idempotent within a process."""
+    if _state["registered"]:
+        return
+    _state["registered"] = True
+    try:
+        mode = current_mode()
+    except ValueError as exc:
+        _fail(str(exc))
+    if mode is Mode.OFF:
+        logger.info("[sglang-eagle-paged] %s=off: stock SGLang %s", ENV_VAR, compat.sglang_version())
+        _state["active"] = "off"
+        return
+    problem = compat.version_problem()
+    if problem:
+        if os.environ.get(ENV_VAR):
+            _fail(f"{ENV_VAR}={mode.value} but {problem}")
+        logger.warning("[sglang-eagle-paged] inactive: %s", problem)
+        _state["active"] = "inactive"
+        return
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    hooks = _hooks(mode)
+    before = {}
+    for target, hook in hooks.items():
+        try:
+            before[target] = compat.resolve(target)
+        except (ImportError, AttributeError) as exc:
+            _fail(f"cannot find {target} in SGLang {compat.sglang_version()}: {exc}")
+        HookRegistry.register(target, hook, HookType.AROUND)
+    # Applied now rather than after all plugins so that we can check the result;
+    # apply_hooks skips targets already patched, so SGLang's later call is harmless.
+    HookRegistry.apply_hooks()
+    missing = [t for t in hooks if t not in HookRegistry._patched or compat.resolve(t) is before[t]]
+    if missing:
+        _fail(f"hooks did not apply to {', '.join(missing)} (SGLang {compat.sglang_version()})")
+    _state["active"] = mode.value
+    logger.info(
+        "[sglang-eagle-paged] active: mode=%s, worker=%s._draft_preprocess_decode (paged tree drafting), "
+        "kv copy=%s, sglang %s",
+        mode.value, compat.EAGLE_WORKER, "one-launch duplication" if mode is Mode.ON else "skipped (fake)",
+        compat.sglang_version(),
+    )
+
+
+def active_mode() -> str | None:
+    """What :func:`register` did in this process (None: not called)."""
+    return _state["active"]

@@ -1,0 +1,65 @@
+"""Which attention backends may draft a paged tree, checked when ServerArgs is built."""
+
+# Backends whose draft decode reads one page table per request: the topk branches
+# of a tree cannot each get their own pages, whatever is copied.
+NO_PER_BRANCH_PAGE_TABLE = {
+    "flashmla": "FlashMLA decodes from one page table per request",
+    "trtllm_mla": "TRT-LLM MLA kernels take one page table per request",
+    "cutlass_mla": "CUTLASS MLA kernels take one page table per request",
+    "trtllm_mha": "TRT-LLM MHA kernels support topk = 1 only",
+}
+
+# SGLang 0.5.12 refuses triton for topk > 1 with page > 1. Our duplication makes
+# each branch's pages real, so triton is allowed once the GPU suite has proven it.
+EXTRA_ALLOWED = ("triton",)
+SGLANG_ALLOWED = ("flashinfer", "fa3")
+
+_EAGLE_ALGOS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+
+def _paged_tree(args) -> bool:
+    return (
+        str(getattr(args, "speculative_algorithm", None) or "").upper() in _EAGLE_ALGOS
+        and (args.speculative_eagle_topk or 1) > 1
+        and args.page_size is not None
+        and args.page_size > 1
+    )
+
+
+def _backends(args):
+    names = (args.attention_backend, getattr(args, "decode_attention_backend", None),
+             getattr(args, "prefill_attention_backend", None))
+    return [b for b in names if b]
+
+
+def refusal(args) -> str | None:
+    if not _paged_tree(args):
+        return None
+    for backend in _backends(args):
+        if backend in NO_PER_BRANCH_PAGE_TABLE:
+            return (
+                f"--attention-backend {backend} cannot run EAGLE tree drafting "
+                f"(--speculative-eagle-topk {args.speculative_eagle_topk}) with "
+                f"--page-size {args.page_size}: {NO_PER_BRANCH_PAGE_TABLE[backend]}. "
+                f"Use --attention-backend fa3, flashinfer or triton, or "
+                f"--speculative-eagle-topk 1, or --page-size 1."
+            )
+    return None
+
+
+def spec_args_hook(original, args):
+    """AROUND hook for ``ServerArgs._handle_speculative_decoding``."""
+    reason = refusal(args)
+    if reason:
+        raise ValueError(f"[sglang-eagle-paged] {reason}")
+    masked = _paged_tree(args) and args.attention_backend in EXTRA_ALLOWED
+    if not masked:
+        return original(args)
+    # SGLang's check reads only the name; present an allowed one for its duration.
+    real = args.attention_backend
+    args.attention_backend = SGLANG_ALLOWED[0]
+    try:
+        return original(args)
+    finally:
+        if args.attention_backend == SGLANG_ALLOWED[0]:
+            args.attention_backend = real

@@ -1,0 +1,114 @@
+"""The draft-preprocess step of EAGLE tree drafting on a paged KV cache.
+
+:func:`draft_preprocess_decode` replaces ``EAGLEWorker._draft_preprocess_decode``
+for ``page_size > 1`` and ``topk > 1``; every other configuration keeps SGLang's
+own method. Compared with SGLang 0.5.12.post1's version it:
+
+- assigns slots with a kernel whose outputs do not depend on program order,
+- duplicates the prefix's partial page with one launch sized by a bound the host
+  already knows (no ``.item()`` to learn the copy length, no recompiles),
+- takes ``seq_lens_sum`` from ``seq_lens_cpu`` (SGLang syncs for it every step),
+- restores the allocator in a ``finally``, so a failure cannot leak the draft slots.
+"""
+
+import torch
+
+from . import compat
+from .kernels import assign_tree_draft_slots
+from .kernels.layout import extend_lens
+from .kv_copy import move_pairs
+from .mode import Mode
+
+
+def handles(worker) -> bool:
+    return worker.page_size > 1 and worker.topk > 1
+
+
+def _allocate_tree_extension(worker, batch):
+    """Ask SGLang's allocator for every branch's pages, as SGLang itself does."""
+    page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
+    prefix_lens, seq_lens, last_loc, _, _, _ = compat.get_last_loc_large_page_size_large_top_k(
+        batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
+        steps, topk, page,
+    )
+    prefix_lens_cpu = batch.seq_lens_cpu
+    ext_cpu = extend_lens(prefix_lens_cpu, page, topk, steps)
+    return compat.alloc_paged_token_slots_extend(
+        batch.tree_cache,
+        prefix_lens,
+        prefix_lens_cpu,
+        seq_lens,
+        prefix_lens_cpu + ext_cpu,
+        last_loc,
+        int(ext_cpu.sum()),  # a CPU tensor: no device sync
+        backup_state=True,
+    )
+
+
+def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
+    batch.maybe_evict_swa()
+    for req in batch.reqs:
+        req.decode_batch_idx += 1
+    spec_info = batch.spec_info
+    if batch.sampling_info.penalizer_orchestrator.is_required:
+        # the relaxed penalty accumulation SGLang uses for speculative decoding
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
+            spec_info.bonus_tokens.to(torch.int64)
+        )
+
+    alloc_loc, allocator_state = _allocate_tree_extension(worker, batch)
+    try:
+        layout = assign_tree_draft_slots(
+            batch.req_pool_indices,
+            batch.req_to_token_pool.req_to_token,
+            batch.seq_lens,
+            alloc_loc,
+            worker.page_size,
+            worker.topk,
+            worker.speculative_num_steps,
+        )
+        if mode is Mode.ON:
+            move_pairs(worker.draft_model_runner.token_to_kv_pool, layout.tgt_loc, layout.src_loc)
+        batch.out_cache_loc = layout.out_cache_loc
+        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        batch.return_hidden_states = False
+        spec_info.positions = batch.seq_lens.repeat_interleave(worker.topk, dim=0)
+    finally:
+        # The draft slots live only for this step: the verify step allocates its own.
+        worker.token_to_kv_pool_allocator.restore_state(allocator_state)
+
+
+def draft_preprocess_decode_hook(original, worker, batch):
+    """AROUND hook for ``EAGLEWorker._draft_preprocess_decode``."""
+    from .mode import current_mode
+
+    mode = current_mode()
+    if mode is Mode.OFF or not handles(worker):
+        return original(worker, batch)
+    return draft_preprocess_decode(worker, batch, mode)
+
+
+def _make_paged_eagle_worker():
+    base = compat.resolve(compat.EAGLE_WORKER)
+
+    class PagedEagleWorker(base):
+        """SGLang's v1 EAGLE worker with real last-page duplication for paged KV.
+
+        The plugin patches the method on ``EAGLEWorker`` itself (so STANDALONE and
+        multi-layer EAGLE, which reach it through the base class, are covered);
+        this subclass is for code that builds workers explicitly.
+        """
+
+        def _draft_preprocess_decode(self, batch):
+            return draft_preprocess_decode_hook(base._draft_preprocess_decode, self, batch)
+
+    return PagedEagleWorker
+
+
+def __getattr__(name):
+    # Built lazily: importing this module must not import SGLang's worker stack.
+    if name == "PagedEagleWorker":
+        cls = _make_paged_eagle_worker()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
