@@ -28,7 +28,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def run_markdown(result: dict) -> str:
     """One client run: summary, server configuration, per-question table."""
     meta, srv, s = result.get("metadata", {}), result.get("server", {}), result["summary"]
-    out = ["# MT-bench speculative decoding benchmark\n"]
+    out = ["# MT-bench speculative decoding benchmark\n\n"]
     out.append(
         f"{meta.get('date', '')} on `{meta.get('hostname', '')}`"
         + (f", GPU {meta['gpu']}" if meta.get("gpu") else "")
