@@ -366,8 +366,8 @@ def batches(stream, batch, seq, gen, device):
     import torch
     n = stream.numel() - seq - 1
     while True:
-        idx = torch.randint(0, n, (batch,), generator=gen)
-        off = idx[:, None] + torch.arange(seq + 1)[None, :]
+        idx = torch.randint(0, n, (batch,), generator=gen, device=stream.device)
+        off = idx[:, None] + torch.arange(seq + 1, device=stream.device)[None, :]
         yield stream[off].to(device, non_blocking=True).long()
 
 
