@@ -432,13 +432,18 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "is imported by the scheduler subprocess itself (`scheduler.py` / `spec_info.py` import "
         "`EAGLEWorker` lazily when they build the draft worker), so the hook runs in the process that needs it, "
         "before any `EAGLEWorker` exists, after every name of the module is defined, and only when EAGLE is in "
-        "use. `MHATokenToKVPool` is defined in a module that is already imported by then. The block is the "
-        "only change; the fix itself stays in the package.",
+        "use. The target model's KV pool may already exist at that point; `install_legacy()` must therefore "
+        "patch `EAGLEWorker` and `MHATokenToKVPool` at class level (importing "
+        "`sglang.srt.mem_cache.memory_pool` itself), which reaches existing instances too, and be idempotent "
+        "(other processes may import the module as well). The block is the only change; the fix itself stays "
+        "in the package. `server_args.py` would also run in the main process, but it is imported for every "
+        "launch, EAGLE or not, and before the classes to patch exist; `scheduler.py` is much larger and "
+        "changes in every release, so its diffs would break more often.",
         "",
         "## Adapter needs per release line",
         "",
-        f"Consecutive releases grouped by the internals a version adapter in `sglang_eagle_paged.legacy` "
-        "depends on; the last bullet compares each line with {ref['version']}:",
+        "Consecutive releases grouped by the internals a version adapter in `sglang_eagle_paged.legacy` "
+        f"depends on; the last bullet compares each line with {ref['version']}:",
         "",
     ]
     for group in _lines_of_releases(infos):
