@@ -13,8 +13,9 @@ hunks must match exactly (no fuzz), a hunk may sit at a different line than its
 header says (an offset, like GNU patch), and every file of a patch is checked
 before any file is written, so a patch is applied either entirely or not at all.
 
-Exit codes of ``run``: 0 done or nothing to do, 1 the patch does not match the
-installed files, 2 no SGLang found or a release this module does not know.
+Exit codes of ``run``: 0 done, nothing to do, or (``--check``) applied or applies
+cleanly; 1 the patch does not match the installed files; 2 no SGLang found or a
+release this module does not know.
 """
 
 from __future__ import annotations
