@@ -1,0 +1,302 @@
+"""The tree-draft slot assignment kernel against its torch reference and the seed design."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from helpers.interpreter_order import program_order  # noqa: E402
+from helpers.pools import (  # noqa: E402
+    allocate_prefixes, alloc_tree_extension, churn, make_pools)
+from sglang_eagle_paged.kernels.assign import (  # noqa: E402
+    PAIR_SENTINEL, _assign_tree_draft_slots_kernel, assign_tree_draft_slots)
+from sglang_eagle_paged.kernels.layout import (  # noqa: E402
+    extend_lens, max_new_pages_per_branch, num_new_pages_per_branch, pair_capacity)
+from sglang_eagle_paged.kernels.reference import assign_tree_draft_slots_ref  # noqa: E402
+
+PAGE_SIZES = [1, 2, 4, 16, 64, 128, 256]
+
+
+def run_both(req_pool_indices, req_to_token, seq_lens, alloc_loc, page_size, topk, steps):
+    """Kernel on ``req_to_token`` itself, reference on a copy; both results returned."""
+    r2t_ref = req_to_token.clone()
+    ref = assign_tree_draft_slots_ref(req_pool_indices, r2t_ref, seq_lens, alloc_loc, page_size, topk, steps)
+    out = assign_tree_draft_slots(req_pool_indices, req_to_token, seq_lens, alloc_loc, page_size, topk, steps)
+    return out, ref, r2t_ref
+
+
+def assert_same(out, ref, r2t, r2t_ref):
+    assert torch.equal(out.out_cache_loc.long(), ref.out_cache_loc.long())
+    assert torch.equal(out.src_loc.long(), ref.src_loc.long())
+    assert torch.equal(out.tgt_loc.long(), ref.tgt_loc.long())
+    assert torch.equal(r2t, r2t_ref)
+
+
+# ---------------------------------------------------------------- 1. the seed's worked example
+
+SEED_OUT = [11, 12, 13, 14, 15] + [x for b in range(1, 8) for x in range(8 * b + 11, 8 * b + 16)]
+SEED_SRC = [8, 9, 10] * 7
+SEED_TGT = [x for b in range(1, 8) for x in (8 + 8 * b, 9 + 8 * b, 10 + 8 * b)]
+
+
+def test_seed_expected_values_spelled_out():
+    # the values quoted in the seed PR (its final "24" is a typo for 27)
+    assert SEED_OUT[:11] == [11, 12, 13, 14, 15, 19, 20, 21, 22, 23, 27]
+    assert SEED_TGT[:6] == [16, 17, 18, 24, 25, 26]
+    assert len(SEED_SRC) == len(SEED_TGT) == 21
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+def test_seed_worked_example(impl):
+    steps, page, topk = 5, 4, 8
+    seq_lens = torch.tensor([7])
+    assert num_new_pages_per_branch(seq_lens, page, steps).tolist() == [2]
+    ext = int(extend_lens(seq_lens, page, topk, steps))
+    assert ext == 61
+    r2t = torch.zeros(2, 128, dtype=torch.int32)
+    r2t[1, :7] = torch.arange(4, 11, dtype=torch.int32)
+    rpi = torch.tensor([1])
+    alloc_loc = torch.arange(11, 11 + ext, dtype=torch.int64)  # slot 11 fills the prefix page
+    fn = assign_tree_draft_slots if impl == "kernel" else assign_tree_draft_slots_ref
+    out = fn(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+    assert out.out_cache_loc.tolist() == SEED_OUT
+    assert out.src_loc.tolist() == SEED_SRC  # capacity 1 * 7 * 3 == 21: no padding here
+    assert out.tgt_loc.tolist() == SEED_TGT
+    assert r2t[1, :7 + ext].tolist() == list(range(4, 72))
+    assert r2t[1, 7 + ext:].eq(0).all() and r2t[0].eq(0).all()
+
+
+def test_seed_worked_example_through_sglang_allocator():
+    steps, page, topk = 5, 4, 8
+    pools = make_pools(page, 4 * 32)
+    rpi = allocate_prefixes(pools, [7])
+    assert pools.req_to_token[rpi[0], :7].tolist() == list(range(4, 11))  # page 0 is SGLang's padding page
+    seq_lens = torch.tensor([7])
+    alloc_loc = alloc_tree_extension(pools, rpi, seq_lens, page, topk, steps)
+    assert alloc_loc.tolist() == list(range(11, 72))
+    out = assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps)
+    assert out.out_cache_loc.tolist() == SEED_OUT
+    assert out.src_loc.tolist() == SEED_SRC
+    assert out.tgt_loc.tolist() == SEED_TGT
+
+
+# ---------------------------------------------------------------- 2. properties on real layouts
+
+MAX_WORK = 4096  # bs * page_size * topk cap: bounds interpreter time and pool size
+
+
+@st.composite
+def tree_cases(draw):
+    page = draw(st.sampled_from(PAGE_SIZES))
+    topk = draw(st.integers(1, 10))
+    steps = draw(st.integers(1, 8))
+    bs = draw(st.integers(1, max(1, min(64, MAX_WORK // (page * topk)))))
+    kind = st.sampled_from(["aligned", "short", "any"])
+    lens = []
+    for _ in range(bs):
+        k = draw(kind)
+        if k == "aligned":      # exact page multiple: last_page_len == 0
+            n = page * draw(st.integers(1, 3))
+        elif k == "short":      # shorter than one page
+            n = draw(st.integers(1, page))
+        else:
+            n = draw(st.integers(1, 3 * page + page - 1))
+        lens.append(n)
+    seed = draw(st.integers(0, 2**31 - 1))
+    return page, topk, steps, lens, seed
+
+
+def build_case(page, topk, steps, lens, seed):
+    bs = len(lens)
+    need_pages = sum(-(-n // page) for n in lens) + bs * topk * max_new_pages_per_branch(page, steps)
+    pages = need_pages + 8 + need_pages // 4
+    pools = make_pools(page, pages * page, max_reqs=bs + 8,
+                       max_context_len=max(lens) + topk * max_new_pages_per_branch(page, steps) * page + page)
+    kept = churn(pools, seed, max_pages=pages - need_pages - 1, keep_fraction=0.5)
+    rpi = allocate_prefixes(pools, lens)
+    churn(pools, seed + 1)  # shuffle the free list again before the extension
+    seq_lens = torch.tensor(lens, dtype=torch.int64)
+    alloc_loc = alloc_tree_extension(pools, rpi, seq_lens, page, topk, steps)
+    return pools, rpi, seq_lens, alloc_loc, kept
+
+
+def check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps):
+    bs = seq_lens.numel()
+    lens = seq_lens.tolist()
+    ext = extend_lens(seq_lens, page, topk, steps).tolist()
+    span = (num_new_pages_per_branch(seq_lens, page, steps) * page).tolist()
+    cap = pair_capacity(bs, page, topk)
+    assert out.out_cache_loc.numel() == bs * topk * steps
+    assert out.src_loc.numel() == out.tgt_loc.numel() == cap
+    occ = out.out_cache_loc.long().view(bs, topk, steps)
+    src = out.src_loc.long().view(bs, max(topk - 1, 0), max(page - 1, 0))
+    tgt = out.tgt_loc.long().view(bs, max(topk - 1, 0), max(page - 1, 0))
+
+    # only the rows of the batch, and only past each prefix, changed
+    untouched = torch.ones(r2t.shape[0], dtype=torch.bool)
+    untouched[rpi] = False
+    assert torch.equal(r2t[untouched], r2t_before[untouched])
+    prefix_slots = []
+    start = 0
+    for i in range(bs):
+        row, row0 = r2t[rpi[i]].long(), r2t_before[rpi[i]].long()
+        n, last = lens[i], lens[i] % page
+        assert torch.equal(row[:n], row0[:n]), "prefix entries of req_to_token changed"
+        assert torch.equal(row[n + ext[i]:], row0[n + ext[i]:]), "req_to_token written past the extension"
+        assert torch.equal(row[n:n + ext[i]], alloc_loc[start:start + ext[i]].long())
+        start += ext[i]
+        prefix_slots.append(row[:n])
+        # page-table view: row position x holds a slot of the same in-page offset
+        pos = torch.arange(n + ext[i])
+        assert torch.equal(row[:n + ext[i]] % page, pos % page)
+        page_start = n - last
+        for b in range(topk):
+            head = page_start + b * span[i]
+            # every slot of the branch's pages is a page-aligned run of its region
+            pages_b = row[head:head + span[i]].view(-1, page)
+            assert torch.equal(pages_b - pages_b[:, :1], torch.arange(page).expand_as(pages_b))
+            assert torch.equal(occ[i, b], row[head + last:head + last + steps])
+            if b == 0:
+                continue
+            s, t = src[i, b - 1], tgt[i, b - 1]
+            assert (s[last:] == PAIR_SENTINEL).all() and (t[last:] == PAIR_SENTINEL).all()
+            assert (s[:last] >= 0).all() and (t[:last] >= 0).all()
+            # sources: the prefix's last page, in order
+            assert torch.equal(s[:last], row[page_start:n])
+            if last:
+                assert (s[:last] // page == row[n - 1] // page).all()
+            # targets: the head of branch b's own first page, same in-page offsets
+            head_page = row[head] // page
+            assert torch.equal(t[:last], head_page * page + torch.arange(last))
+            # the branch's first draft slot shares that page (last < page)
+            assert (t[:last] // page == occ[i, b, 0] // page).all()
+    live_t = tgt[tgt >= 0]
+    assert live_t.numel() == (src >= 0).sum() == (topk - 1) * sum(n % page for n in lens)
+    handed = torch.cat([occ.reshape(-1), live_t])
+    assert handed.unique().numel() == handed.numel(), "a slot is handed out twice"
+    prefix_all = torch.cat(prefix_slots)
+    assert not torch.isin(handed, prefix_all).any(), "a draft/target slot is a prefix slot"
+    assert not torch.isin(src[src >= 0], handed).any()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(tree_cases())
+def test_kernel_matches_reference_on_sglang_layouts(case):
+    page, topk, steps, lens, seed = case
+    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed)
+    r2t = pools.req_to_token
+    r2t_before = r2t.clone()
+    out, ref, r2t_ref = run_both(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+    assert_same(out, ref, r2t, r2t_ref)
+    check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps)
+
+
+@pytest.mark.parametrize("page,topk,steps,lens", [
+    (4, 3, 2, [4, 8, 12]),           # every prefix page-aligned: no pairs, all sentinel
+    (16, 1, 3, [5, 16, 33]),         # topk 1: empty pair buffers
+    (1, 4, 3, [1, 7, 2]),            # page 1: nothing to duplicate
+    (256, 2, 8, [255, 1]),           # the longest possible last page
+    (2, 10, 8, [1] * 64),            # bs 64 with the largest topk/steps
+])
+def test_edge_layouts(page, topk, steps, lens):
+    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=7)
+    r2t = pools.req_to_token
+    r2t_before = r2t.clone()
+    out, ref, r2t_ref = run_both(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+    assert_same(out, ref, r2t, r2t_ref)
+    check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps)
+
+
+def test_reused_out_buffers_are_fully_overwritten():
+    page, topk, steps, lens = 4, 3, 2, [5, 6, 8]
+    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=3)
+    r2t_ref = pools.req_to_token.clone()
+    ref = assign_tree_draft_slots_ref(rpi, r2t_ref, seq_lens, alloc_loc, page, topk, steps)
+    garbage = assign_tree_draft_slots_ref(rpi, r2t_ref.clone(), seq_lens, alloc_loc, page, topk, steps)
+    for t in (garbage.out_cache_loc, garbage.src_loc, garbage.tgt_loc):
+        t.fill_(12345)
+    out = assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps, out=garbage)
+    assert out is garbage
+    assert_same(out, ref, pools.req_to_token, r2t_ref)
+
+
+def test_empty_batch():
+    r2t = torch.zeros(2, 8, dtype=torch.int32)
+    e = torch.zeros(0, dtype=torch.int64)
+    out = assign_tree_draft_slots(e, r2t, e, e, 4, 3, 2)
+    assert out.out_cache_loc.numel() == out.src_loc.numel() == 0
+    assert r2t.eq(0).all()
+
+
+# ---------------------------------------------------------------- 4. program order independence
+
+@pytest.mark.parametrize("page,topk,steps,lens", [
+    (4, 8, 5, [7, 5, 4, 3, 9, 1]),
+    (16, 3, 8, [15, 1, 17, 32, 9]),
+    (2, 10, 1, [1, 2, 3, 4, 5, 6, 7]),
+])
+def test_assignment_is_program_order_independent(page, topk, steps, lens):
+    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=11)
+    base = pools.req_to_token.clone()
+    results = {}
+    for order in ("forward", "reversed", "shuffled"):
+        r2t = base.clone()
+        with program_order(order, seed=5) as launches:
+            out = assign_tree_draft_slots(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+        ran = [p[0] for p in launches[0]]
+        assert sorted(ran) == list(range(len(lens)))
+        if order == "reversed":
+            assert ran == list(range(len(lens)))[::-1]
+        results[order] = (out, r2t)
+    out_f, r2t_f = results["forward"]
+    for order in ("reversed", "shuffled"):
+        out_o, r2t_o = results[order]
+        assert_same(out_o, out_f, r2t_o, r2t_f)
+
+
+# ---------------------------------------------------------------- 6. no recompiles
+
+def specialization_of(jit_fn, args, kwargs):
+    """What a compiled (non-interpreted) launch would key its cache on: the binder's
+    specialization (dtypes, alignment, constexpr values, value-specialised ints) and
+    the launch options."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    jf = JITFunction(jit_fn.fn, do_not_specialize=jit_fn.kwargs.get("do_not_specialize"),
+                     do_not_specialize_on_alignment=jit_fn.kwargs.get("do_not_specialize_on_alignment"))
+    binder = create_function_from_signature(jf.signature, jf.params, BaseBackend)
+    _, spec, options = binder(*args, **kwargs)
+    return tuple(spec), tuple(sorted(options.items()))
+
+
+@pytest.fixture
+def capture_launches(monkeypatch):
+    """Records (kernel, args, kwargs) of every interpreted launch."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    calls = []
+    orig = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        calls.append((self, args, kwargs))
+        return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", run)
+    return calls
+
+
+def test_assignment_specialization_independent_of_contents(capture_launches):
+    page, topk, steps = 4, 3, 5
+    specs = []
+    for lens, seed in (([4, 8, 12, 16], 1), ([1, 2, 3, 5], 2), ([7, 30, 2, 9], 3), ([3, 3, 3, 3], 4)):
+        pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed)
+        capture_launches.clear()
+        assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps)
+        (fn, args, kwargs), = [c for c in capture_launches if c[0] is _assign_tree_draft_slots_kernel]
+        specs.append(specialization_of(fn, args, kwargs))
+    assert all(s == specs[0] for s in specs[1:]), specs
