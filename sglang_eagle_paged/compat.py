@@ -68,6 +68,12 @@ def get_last_loc_large_page_size_large_top_k(*args, **kwargs):
     return impl(*args, **kwargs)
 
 
+def last_verified_tokens(spec_info):
+    """The tokens the penalizer accumulates: renamed verified_id -> bonus_tokens in 0.5.12."""
+    tokens = getattr(spec_info, "bonus_tokens", None)
+    return tokens if tokens is not None else spec_info.verified_id
+
+
 def resolve(target: str):
     """Import a dotted ``module.Class[.attr]`` path, the form HookRegistry takes."""
     import pkgutil

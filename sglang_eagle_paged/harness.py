@@ -23,17 +23,17 @@ class PagedTreeHarness:
     def __init__(self, page_size: int, topk: int, steps: int, *, num_tokens: int = 8192,
                  head_num: int = 2, head_dim: int = 8, layer_num: int = 1,
                  dtype=torch.bfloat16, max_reqs: int = 64, max_context_len: int = 4096,
-                 device: str = "cpu", seed: int = 0):
+                 device: str = "cpu", seed: int = 0, kv_copy: bool = False):
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
         _ensure_global_server_args()
         self.page_size, self.topk, self.steps, self.device = page_size, topk, steps, device
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator(device=device).manual_seed(seed)
         self.req_to_token_pool = ReqToTokenPool(max_reqs, max_context_len, device, False)
         self.kv_pool = MHATokenToKVPool(
             num_tokens, page_size, dtype, head_num, head_dim, layer_num, device, False,
-            enable_kv_cache_copy=False,
+            enable_kv_cache_copy=kv_copy,  # SGLang's own move_kv_cache needs it
         )
         self.allocator = PagedTokenToKVPoolAllocator(
             num_tokens, page_size, dtype, device, self.kv_pool, need_sort=False
@@ -62,8 +62,9 @@ class PagedTreeHarness:
             raise MemoryError(f"KV pool full: cannot hold a prefix of {seq_len}")
         self.req_to_token_pool.req_to_token[row, :seq_len] = slots.to(torch.int32)
         for buf in self.kv_pool.k_buffer + self.kv_pool.v_buffer:
-            noise = torch.randint(0, 256, (seq_len, buf[0].numel() * buf.element_size()), generator=self.gen, dtype=torch.uint8)
-            buf.view(torch.uint8).view(buf.shape[0], -1)[slots.cpu()] = noise.to(self.device)
+            noise = torch.randint(0, 256, (seq_len, buf[0].numel() * buf.element_size()),
+                                  generator=self.gen, dtype=torch.uint8, device=self.device)
+            buf.view(torch.uint8).view(buf.shape[0], -1)[slots] = noise
         self.requests[row] = slots.cpu()
         return row
 

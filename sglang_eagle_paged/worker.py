@@ -53,7 +53,7 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
     if batch.sampling_info.penalizer_orchestrator.is_required:
         # the relaxed penalty accumulation SGLang uses for speculative decoding
         batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
-            spec_info.bonus_tokens.to(torch.int64)
+            compat.last_verified_tokens(spec_info).to(torch.int64)
         )
 
     alloc_loc, allocator_state = _allocate_tree_extension(worker, batch)
