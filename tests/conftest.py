@@ -1,0 +1,33 @@
+"""Test-wide setup: run Triton kernels through the interpreter unless asked for a GPU.
+
+TRITON_INTERPRET must be set before triton (or SGLang's Triton kernels) is first
+imported, so it is decided here, without importing torch. GPU runs opt in with
+SGLANG_EAGLE_PAGED_TEST_GPU=1 (and ``-m gpu``); an explicit TRITON_INTERPRET
+in the environment always wins.
+"""
+
+import os
+
+GPU_RUN = os.environ.get("SGLANG_EAGLE_PAGED_TEST_GPU") == "1"
+if not GPU_RUN:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    reason = None
+    if not GPU_RUN:
+        reason = "gpu test: set SGLANG_EAGLE_PAGED_TEST_GPU=1 on a CUDA machine"
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            reason = "gpu test: CUDA is not available"
+    if reason:
+        skip = pytest.mark.skip(reason=reason)
+        for item in gpu_items:
+            item.add_marker(skip)
