@@ -11,6 +11,8 @@ leaves behind.
 import os
 import random
 
+from .mode import Mode
+
 
 def _setup_device() -> str:
     import torch
@@ -39,20 +41,29 @@ def _show(h, row, seq_len, limit=None):
 
 
 def _step(h, rows, mode):
+    from . import compat
     from .worker import draft_preprocess_decode
 
     batch = h.batch(rows)
     free_before = h.allocator.available_size()
-    draft_preprocess_decode(h.worker, batch, mode)
+    if mode is Mode.ON:
+        # through SGLang's own method, as the server calls it once the plugin is loaded
+        compat.resolve(compat.DRAFT_PREPROCESS)(h.worker, batch)
+    else:
+        draft_preprocess_decode(h.worker, batch, mode)
     assert h.allocator.available_size() == free_before, "allocator state not restored"
     return batch
 
 
 def run(args) -> int:
     device = _setup_device()
+    from . import plugin
     from .harness import PagedTreeHarness
-    from .mode import Mode
 
+    plugin.register()
+    if plugin.active_mode() != Mode.ON.value:
+        print(f"the plugin is not active here ({plugin.active_mode()}): see `sglang-eagle-paged doctor`")
+        return 1
     print(f"device: {device}" + (" (Triton interpreter)" if device == "cpu" else ""))
     print("\n1) The reference design's worked example: page 4, topk 8, steps 5, prefix slots 4..10")
     h = PagedTreeHarness(page_size=4, topk=8, steps=5, device=device)
