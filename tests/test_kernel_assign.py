@@ -9,7 +9,7 @@ import torch  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from helpers.interpreter_order import program_order  # noqa: E402
+from helpers.interpreter_order import capture_specializations, program_order  # noqa: E402
 from helpers.pools import (  # noqa: E402
     allocate_prefixes, alloc_tree_extension, churn, make_pools)
 from sglang_eagle_paged.kernels.assign import (  # noqa: E402
@@ -260,43 +260,14 @@ def test_assignment_is_program_order_independent(page, topk, steps, lens):
 
 # ---------------------------------------------------------------- 6. no recompiles
 
-def specialization_of(jit_fn, args, kwargs):
-    """What a compiled (non-interpreted) launch would key its cache on: the binder's
-    specialization (dtypes, alignment, constexpr values, value-specialised ints) and
-    the launch options."""
-    from triton.backends.compiler import BaseBackend
-    from triton.runtime.jit import JITFunction, create_function_from_signature
-
-    jf = JITFunction(jit_fn.fn, do_not_specialize=jit_fn.kwargs.get("do_not_specialize"),
-                     do_not_specialize_on_alignment=jit_fn.kwargs.get("do_not_specialize_on_alignment"))
-    binder = create_function_from_signature(jf.signature, jf.params, BaseBackend)
-    _, spec, options = binder(*args, **kwargs)
-    return tuple(spec), tuple(sorted(options.items()))
-
-
-@pytest.fixture
-def capture_launches(monkeypatch):
-    """Records (kernel, args, kwargs) of every interpreted launch."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    calls = []
-    orig = InterpretedFunction.run
-
-    def run(self, *args, grid, warmup, **kwargs):
-        calls.append((self, args, kwargs))
-        return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
-
-    monkeypatch.setattr(InterpretedFunction, "run", run)
-    return calls
-
-
-def test_assignment_specialization_independent_of_contents(capture_launches):
+def test_assignment_specialization_independent_of_contents():
+    """Same batch size and config, different prefix lengths (so different copy lengths,
+    pair counts and allocator output lengths): one specialization."""
     page, topk, steps = 4, 3, 5
-    specs = []
-    for lens, seed in (([4, 8, 12, 16], 1), ([1, 2, 3, 5], 2), ([7, 30, 2, 9], 3), ([3, 3, 3, 3], 4)):
-        pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed)
-        capture_launches.clear()
-        assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps)
-        (fn, args, kwargs), = [c for c in capture_launches if c[0] is _assign_tree_draft_slots_kernel]
-        specs.append(specialization_of(fn, args, kwargs))
+    cases = (([4, 8, 12, 16], 1), ([1, 2, 3, 5], 2), ([7, 30, 2, 9], 3), ([3, 3, 3, 3], 4))
+    built = [build_case(page, topk, steps, lens, seed) for lens, seed in cases]
+    with capture_specializations(_assign_tree_draft_slots_kernel) as specs:
+        for pools, rpi, seq_lens, alloc_loc, _ in built:
+            assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps)
+    assert len(specs) == len(cases)
     assert all(s == specs[0] for s in specs[1:]), specs

@@ -76,3 +76,45 @@ def program_order(order: str = "reversed", seed: int = 0):
     finally:
         del builder.set_grid_dim
         del builder.set_grid_idx
+
+
+def specialization_of(jit_fn, args, kwargs):
+    """What a compiled (non-interpreted) launch of ``jit_fn`` would key its kernel cache on.
+
+    Under the interpreter there is no compile cache, so this rebuilds the
+    ``JITFunction`` binder for the same Python function and ``do_not_specialize``
+    lists and applies it to the launch's arguments: the result holds the argument
+    types, alignment and value specialisations, every constexpr value, and the
+    launch options. Two launches with equal results share one compiled kernel.
+    """
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    jf = JITFunction(jit_fn.fn, do_not_specialize=jit_fn.kwargs.get("do_not_specialize"),
+                     do_not_specialize_on_alignment=jit_fn.kwargs.get("do_not_specialize_on_alignment"))
+    # BaseBackend's static int/tensor specialisation rules are what the GPU backends use
+    binder = create_function_from_signature(jf.signature, jf.params, BaseBackend)
+    _, spec, options = binder(*args, **kwargs)
+    return tuple(spec), tuple(sorted(options.items()))
+
+
+@contextmanager
+def capture_specializations(kernel):
+    """Within the block, record :func:`specialization_of` for every launch of ``kernel``."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(kernel, InterpretedFunction):
+        raise RuntimeError("capture_specializations needs TRITON_INTERPRET=1 before triton kernels are imported")
+    seen = []
+    orig = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        if self is kernel:
+            seen.append(specialization_of(self, args, kwargs))
+        return orig(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = run
+    try:
+        yield seen
+    finally:
+        InterpretedFunction.run = orig
