@@ -1,0 +1,106 @@
+"""End-to-end runs on real servers: one server per configuration, the same workload each.
+
+Each run records acceptance, throughput and every greedy output, so that the GPU
+suite can compare configurations (speculative vs not, page N vs page 1, on vs
+fake vs SGLang's built-in) on identical prompts. Results are appended to a JSON
+file as they come, so a later failure loses nothing already measured.
+"""
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .mtbench import load_questions, run_benchmark
+from .server import ServerProcess, ServerStartError, eagle_server_args, find_free_port, mode_env
+
+
+@dataclass
+class RunConfig:
+    name: str
+    mode: str = "on"                 # on | off | fake (SGLANG_EAGLE_PAGED)
+    page_size: int = 1
+    topk: int = 8
+    steps: int = 5
+    num_draft_tokens: int = 64
+    backend: str = "fa3"
+    algorithm: str | None = "EAGLE"  # None: no speculation
+    cuda_graph: bool = True
+    draft: str = "draft"             # "draft" (EAGLE head) or "target" (self-draft)
+    extra: list = field(default_factory=list)
+
+
+def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_tokens: int,
+                mem_fraction: float, load_format: str | None = None) -> list:
+    common = ["--grammar-backend", "none", "--sampling-backend", "pytorch", "--log-level", "warning",
+              "--cuda-graph-max-bs", "32"]
+    if not cfg.cuda_graph:
+        common.append("--disable-cuda-graph")
+    if cfg.algorithm is None:
+        args = ["--model-path", target, "--page-size", str(cfg.page_size), "--attention-backend", cfg.backend,
+                "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", str(max_total_tokens),
+                "--mem-fraction-static", str(mem_fraction)]
+        if load_format:
+            args += ["--load-format", load_format]
+        return args + common + cfg.extra
+    return eagle_server_args(
+        model_path=target, draft_model_path=target if cfg.draft == "target" else draft,
+        host="127.0.0.1", port=port, page_size=cfg.page_size, topk=cfg.topk, steps=cfg.steps,
+        num_draft_tokens=cfg.num_draft_tokens, attention_backend=cfg.backend, algorithm=cfg.algorithm,
+        load_format=load_format, max_total_tokens=max_total_tokens, mem_fraction_static=mem_fraction,
+        extra=common + cfg.extra,
+    )
+
+
+def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
+                parallel: int = 16, max_new_tokens: int = 256, max_total_tokens: int = 131072,
+                mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
+                question_file: str | None = None) -> dict:
+    questions = load_questions(question_file, num_questions)
+    out_path = Path(out_json)
+    results = json.loads(out_path.read_text()) if out_path.exists() else {}
+    for cfg in configs:
+        if cfg.name in results and not results[cfg.name].get("error"):
+            continue  # measured already (a resumed suite)
+        port = find_free_port()
+        args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+        record = {"config": asdict(cfg), "server_args": args}
+        t0 = time.time()
+        try:
+            with ServerProcess(args, port=port, env=mode_env(cfg.mode), log_path=f"{log_dir}/{cfg.name}.log",
+                               startup_timeout=startup_timeout) as server:
+                record["startup_s"] = round(time.time() - t0, 1)
+                bench = run_benchmark(server.base_url, questions, parallel=parallel,
+                                      max_new_tokens=max_new_tokens, progress=False)
+                record["summary"] = bench["summary"]
+                record["server"] = bench["server"]
+                record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
+                record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]
+        except ServerStartError as exc:
+            record["error"] = str(exc)
+            record["log_tail"] = exc.log_tail
+        except Exception as exc:  # keep the suite going; the test on this config fails
+            record["error"] = f"{type(exc).__name__}: {exc}"
+        record["wall_s"] = round(time.time() - t0, 1)
+        results[cfg.name] = record
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=1))
+        s = record.get("summary") or {}
+        print(f"[e2e] {cfg.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
+              f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
+    return results
+
+
+def agreement(reference: dict, other: dict) -> dict:
+    """Exact-match rate of greedy outputs on shared prompts, and the first divergence."""
+    keys = sorted(k for k in reference if k in other and reference[k] is not None and other[k] is not None)
+    same = [k for k in keys if reference[k] == other[k]]
+    first = None
+    for k in keys:
+        a, b = reference[k], other[k]
+        if a != b:
+            i = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+            first = {"prompt": k, "char": i, "reference": a[max(0, i - 20):i + 40], "other": b[max(0, i - 20):i + 40]}
+            break
+    return {"compared": len(keys), "exact": len(same), "rate": len(same) / len(keys) if keys else None,
+            "first_divergence": first}
