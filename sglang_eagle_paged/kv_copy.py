@@ -16,6 +16,9 @@ from .kernels import KVBufferTable, duplicate_kv_pairs
 DISJOINT_PAIRS_ATTR = "_eagle_paged_disjoint_pairs"
 _TABLE_ATTR = "_eagle_paged_kv_table"
 
+# Set by the plugin once its move_kv_cache hook is applied in this process.
+hook_installed = {"move_kv_cache": False}
+
 
 def mark_disjoint_pairs(tgt_loc: torch.Tensor) -> torch.Tensor:
     setattr(tgt_loc, DISJOINT_PAIRS_ATTR, True)
@@ -75,7 +78,10 @@ def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
     forward to their inner pools, and get sentinel-free locations they can translate.
     """
     if pool_buffers(pool) is not None:
-        pool.move_kv_cache(mark_disjoint_pairs(tgt_loc), src_loc)
+        if hook_installed["move_kv_cache"]:
+            pool.move_kv_cache(mark_disjoint_pairs(tgt_loc), src_loc)
+        else:  # called outside a plugin-loaded process (benchmarks, tests)
+            duplicate_in_pool(pool, tgt_loc, src_loc)
     else:
         pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
 

@@ -63,6 +63,9 @@ def install_legacy() -> bool:
     _around(worker_cls, "_draft_preprocess_decode", draft_preprocess_decode_hook)
     if mode is Mode.ON:
         _around(compat.resolve(compat.MHA_POOL), "move_kv_cache", move_kv_cache_hook)
+        from . import kv_copy
+
+        kv_copy.hook_installed["move_kv_cache"] = True
     _installed = True
     logger.info("[sglang-eagle-paged] active (legacy patch): mode=%s, sglang %s", mode.value, compat.sglang_version())
     return True

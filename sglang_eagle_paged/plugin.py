@@ -71,6 +71,10 @@ def register() -> None:
     missing = [t for t in hooks if t not in HookRegistry._patched or compat.resolve(t) is before[t]]
     if missing:
         _fail(f"hooks did not apply to {', '.join(missing)} (SGLang {compat.sglang_version()})")
+    if compat.MOVE_KV_CACHE in hooks:
+        from . import kv_copy
+
+        kv_copy.hook_installed["move_kv_cache"] = True
     _state["active"] = mode.value
     logger.info(
         "[sglang-eagle-paged] active: mode=%s, worker=%s._draft_preprocess_decode (paged tree drafting), "

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the checkout root: install the offline SGLang bundle (core
+# and/or FA3, whichever parts were carried), the extra wheels and this package.
+# Usage: bash scripts/device/setup.sh LOGFILE
+set -uo pipefail
+LOG=${1:-/dev/stdout}
+T0=$(date +%s)
+bash .devbundle/install.sh .devbundle >> "$LOG" 2>&1 || { echo "install.sh failed"; tail -40 "$LOG"; exit 1; }
+source /tmp/site/.devbundle/env.sh
+python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .devbundle/extra/*.whl .whl/*.whl >> "$LOG" 2>&1 \
+  || { echo "pip install of extra wheels failed"; tail -20 "$LOG"; exit 1; }
+if [ -f .devbundle/flashinfer-jit-cache.tar.xz ] && [ ! -d ~/.cache/flashinfer ]; then
+  mkdir -p ~/.cache && xz -dc .devbundle/flashinfer-jit-cache.tar.xz | tar xf - -C ~/.cache
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$LOG" 2>&1
+echo "setup done in $(( $(date +%s) - T0 ))s" | tee -a "$LOG"
