@@ -35,18 +35,24 @@ def random_pairs(num_slots, n, gen, lo=0):
     return perm[:n], perm[n:]
 
 
-def pad_with_sentinels(src, tgt, extra, gen):
-    """Scatter ``extra`` -1 pairs among the live ones (also half-dead pairs: -1 on one side only)."""
+def pad_with_sentinels(src, tgt, extra, gen, num_slots=None):
+    """Scatter ``extra`` dead pairs among the live ones: both sides -1, or -1 on one side
+    only and an otherwise unused slot on the other (a pair is skipped when either
+    side is negative)."""
     n = src.numel() + extra
     pos = torch.randperm(n, generator=gen)
     live = pos[: src.numel()]
     s = torch.full((n,), -1, dtype=torch.int64)
     t = torch.full((n,), -1, dtype=torch.int64)
     s[live], t[live] = src, tgt
-    dead = pos[src.numel():]
-    # a pair is skipped when either side is negative
-    half = dead[: extra // 2]
-    s[half] = 0
+    if num_slots is not None:
+        used = torch.zeros(num_slots, dtype=torch.bool)
+        used[src], used[tgt] = True, True
+        spare = (~used).nonzero().flatten()
+        dead = pos[src.numel():]
+        k = min(extra // 3, spare.numel())
+        s[dead[:k]] = spare[torch.randint(0, spare.numel(), (k,), generator=gen)]    # live src, dead tgt
+        t[dead[k:2 * k]] = spare[torch.randperm(spare.numel(), generator=gen)[:k]]  # dead src, live tgt
     return s, t
 
 
@@ -96,7 +102,7 @@ def test_duplicate_on_sglang_mha_pool(dtype, shape, layers, page, n_pairs, extra
     rows = buffers[0].shape[0]
     src, tgt = random_pairs(rows, n_pairs, gen)
     if extra:
-        src, tgt = pad_with_sentinels(src, tgt, extra, gen)
+        src, tgt = pad_with_sentinels(src, tgt, extra, gen, rows)
     run_and_check(buffers, src, tgt, loc_dtype)
 
 
@@ -112,7 +118,7 @@ def test_duplicate_plain_tensors_mixed_rows(dtype, padded, loc_dtype):
     randomize(buffers, gen)
     src, tgt = random_pairs(rows, 33, gen)
     if padded:
-        src, tgt = pad_with_sentinels(src, tgt, 21, gen)
+        src, tgt = pad_with_sentinels(src, tgt, 21, gen, rows)
     table = KVBufferTable.from_buffers(buffers)
     assert table.row_elems_max > 512 or table.elem_bytes > 1
     run_and_check(buffers, src, tgt, loc_dtype)
@@ -184,7 +190,7 @@ def test_duplicate_specialization_independent_of_pair_count():
     inputs = []
     for n_live, extra in ((1, 0), (5, 16), (16, 1), (0, 33), (30, 0), (3, 97)):
         src, tgt = random_pairs(64, n_live, gen)
-        inputs.append(pad_with_sentinels(src, tgt, extra, gen))
+        inputs.append(pad_with_sentinels(src, tgt, extra, gen, 64))
     with capture_specializations(_duplicate_kv_kernel) as specs:
         for src, tgt in inputs:
             duplicate_kv_pairs(table, tgt, src)
