@@ -69,7 +69,9 @@ CHAT_TEMPLATE = (
 # target embed+lm_head 8.39M + 4 layers x 1.97M = 16.25M params (32.5 MB);
 # draft fc 0.52M + 1 layer (inter 1024) 2.36M = 2.88M params (5.8 MB). Total 38.3 MB.
 FULL = dict(vocab=8192, hidden=512, layers=4, heads=8, kv_heads=4, inter=768,
-            draft_inter=1024, max_pos=4096, seq=512, batch=128, corpus_mb=0,
+            # max_pos 16384: SGLang's piecewise CUDA graph warm-up runs 8192-token
+            # prefills, past a 4096-entry rope cache (illegal memory access seen on the H200)
+            draft_inter=1024, max_pos=16384, seq=512, batch=128, corpus_mb=0,
             bpe_mb=24, target_seconds=150.0, draft_seconds=90.0, lr=3e-3, draft_lr=2e-3)
 TINY = dict(vocab=1024, hidden=64, layers=2, heads=4, kv_heads=2, inter=128,
             draft_inter=128, max_pos=512, seq=64, batch=8, corpus_mb=1.5,

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .mtbench import load_questions, run_benchmark
-from .server import ServerProcess, ServerStartError, eagle_server_args, find_free_port, mode_env
+from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env
 
 
 @dataclass
@@ -59,10 +59,11 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
     questions = load_questions(question_file, num_questions)
     out_path = Path(out_json)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    for cfg in configs:
+    for i, cfg in enumerate(configs):
         if cfg.name in results and not results[cfg.name].get("error"):
             continue  # measured already (a resumed suite)
-        port = find_free_port()
+        # SGLang derives further ports from this one (gRPC adds 10000): stay low.
+        port = 30000 + 20 * i
         args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
         record = {"config": asdict(cfg), "server_args": args}
         t0 = time.time()
