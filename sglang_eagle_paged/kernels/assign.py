@@ -133,6 +133,9 @@ def assign_tree_draft_slots(
     extension lengths of :func:`.layout.extend_lens`. Pass ``out`` to reuse buffers
     (e.g. a persistent workspace); they are overwritten entirely.
     """
+    for name, value in (("page_size", page_size), ("topk", topk), ("steps", steps)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
     bs = seq_lens.shape[0]
     device = seq_lens.device
     if out is None:
