@@ -16,6 +16,7 @@ SUPPORTED_RANGE = f">={SUPPORTED_MIN},<={SUPPORTED_MAX}"
 # Dotted targets of the hooks, in the form SGLang's HookRegistry takes.
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
 DRAFT_PREPROCESS = EAGLE_WORKER + "._draft_preprocess_decode"
+WORKER_INIT = EAGLE_WORKER + ".__init__"
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"

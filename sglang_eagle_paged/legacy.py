@@ -57,10 +57,11 @@ def install_legacy() -> bool:
                        compat.sglang_version(), ", ".join(missing))
         return False
     from .kv_copy import move_kv_cache_hook
-    from .worker import draft_preprocess_decode_hook
+    from .worker import draft_preprocess_decode_hook, worker_init_hook
 
     worker_cls = compat.resolve(compat.EAGLE_WORKER)
     _around(worker_cls, "_draft_preprocess_decode", draft_preprocess_decode_hook)
+    _around(worker_cls, "__init__", lambda original, worker, *a, **k: worker_init_hook(original(worker, *a, **k), worker))
     if mode is Mode.ON:
         _around(compat.resolve(compat.MHA_POOL), "move_kv_cache", move_kv_cache_hook)
         from . import kv_copy

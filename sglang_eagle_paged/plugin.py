@@ -20,12 +20,16 @@ _state = {"registered": False, "active": None}
 def _hooks(mode: Mode):
     from .kv_copy import move_kv_cache_hook
     from .server_args_gate import spec_args_hook
-    from .worker import draft_preprocess_decode_hook
+    from .worker import draft_preprocess_decode_hook, worker_init_hook
 
-    hooks = {compat.DRAFT_PREPROCESS: draft_preprocess_decode_hook, compat.SPEC_ARGS_CHECK: spec_args_hook}
+    hooks = {
+        compat.DRAFT_PREPROCESS: (draft_preprocess_decode_hook, "AROUND"),
+        compat.WORKER_INIT: (worker_init_hook, "AFTER"),
+        compat.SPEC_ARGS_CHECK: (spec_args_hook, "AROUND"),
+    }
     if mode is Mode.ON:
         # fake skips the draft copy only; move_kv_cache's other callers stay SGLang's
-        hooks[compat.MOVE_KV_CACHE] = move_kv_cache_hook
+        hooks[compat.MOVE_KV_CACHE] = (move_kv_cache_hook, "AROUND")
     return hooks
 
 
@@ -59,12 +63,12 @@ def register() -> None:
 
     hooks = _hooks(mode)
     before = {}
-    for target, hook in hooks.items():
+    for target, (hook, hook_type) in hooks.items():
         try:
             before[target] = compat.resolve(target)
         except (ImportError, AttributeError) as exc:
             _fail(f"cannot find {target} in SGLang {compat.sglang_version()}: {exc}")
-        HookRegistry.register(target, hook, HookType.AROUND)
+        HookRegistry.register(target, hook, HookType[hook_type])
     # Applied now rather than after all plugins so that we can check the result;
     # apply_hooks skips targets already patched, so SGLang's later call is harmless.
     HookRegistry.apply_hooks()

@@ -78,6 +78,38 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
         worker.token_to_kv_pool_allocator.restore_state(allocator_state)
 
 
+def warm_up(worker) -> None:
+    """Compile both kernels for this worker's configuration before serving.
+
+    Triton compiles on first launch; without this the first decode step of a
+    server pays it (seconds) in the middle of serving. Every constexpr is a
+    configuration value, so these are the only variants serving will use.
+    """
+    if not handles(worker):
+        return
+    device = worker.device
+    i64 = dict(dtype=torch.int64, device=device)
+    page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
+    seq_lens = torch.tensor([page + 1], **i64)  # a partial last page: every code path runs
+    need = int(extend_lens(seq_lens.cpu(), page, topk, steps).sum())
+    scratch_rows = torch.zeros((2, 2 * page + need), dtype=torch.int32, device=device)
+    alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
+    layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
+    # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
+    from .kv_copy import duplicate_in_pool
+
+    duplicate_in_pool(worker.draft_model_runner.token_to_kv_pool, layout.tgt_loc, layout.src_loc)
+
+
+def worker_init_hook(result, worker, *args, **kwargs):
+    """AFTER hook for ``EAGLEWorker.__init__``."""
+    from .mode import current_mode
+
+    if current_mode() is not Mode.OFF:
+        warm_up(worker)
+    return result
+
+
 def draft_preprocess_decode_hook(original, worker, batch):
     """AROUND hook for ``EAGLEWorker._draft_preprocess_decode``."""
     from .mode import current_mode
