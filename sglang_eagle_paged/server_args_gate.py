@@ -1,5 +1,7 @@
 """Which attention backends may draft a paged tree, checked when ServerArgs is built."""
 
+import os
+
 # Backends whose draft decode reads one page table per request: the topk branches
 # of a tree cannot each get their own pages, whatever is copied.
 NO_PER_BRANCH_PAGE_TABLE = {
@@ -9,10 +11,15 @@ NO_PER_BRANCH_PAGE_TABLE = {
     "trtllm_mha": "TRT-LLM MHA kernels support topk = 1 only",
 }
 
-# SGLang 0.5.12 refuses triton for topk > 1 with page > 1. Our duplication makes
-# each branch's pages real, so triton is allowed once the GPU suite has proven it.
-EXTRA_ALLOWED = ("triton",)
+# SGLang 0.5.12 refuses triton for topk > 1 with page > 1. Our duplication makes each
+# branch's pages real, but triton's paged tree drafting has not run in the GPU suite yet,
+# so allowing it is an explicit opt-in until it has.
+ALLOW_TRITON_ENV = "SGLANG_EAGLE_PAGED_ALLOW_TRITON"
 SGLANG_ALLOWED = ("flashinfer", "fa3")
+
+
+def extra_allowed() -> tuple:
+    return ("triton",) if os.environ.get(ALLOW_TRITON_ENV) == "1" else ()
 
 _EAGLE_ALGOS = ("EAGLE", "EAGLE3", "STANDALONE")
 
@@ -52,7 +59,7 @@ def spec_args_hook(original, args):
     reason = refusal(args)
     if reason:
         raise ValueError(f"[sglang-eagle-paged] {reason}")
-    masked = _paged_tree(args) and args.attention_backend in EXTRA_ALLOWED
+    masked = _paged_tree(args) and args.attention_backend in extra_allowed()
     if not masked:
         return original(args)
     # SGLang's check reads only the name; present an allowed one for its duration.
