@@ -12,6 +12,10 @@ from packaging.version import Version
 SUPPORTED_MIN = Version("0.5.11")
 SUPPORTED_MAX = Version("0.5.12.post1")
 SUPPORTED_RANGE = f">={SUPPORTED_MIN},<={SUPPORTED_MAX}"
+# Releases without the plugin framework whose paged-tree draft preprocess is the same
+# as 0.5.11's (compared function by function), so a patch can load the same worker.
+# 0.5.7 and older differ (SWA eviction, decode_batch_idx, where the helpers live).
+LEGACY_MIN = Version("0.5.8")
 
 # Dotted targets of the hooks, in the form SGLang's HookRegistry takes.
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
@@ -45,6 +49,18 @@ def version_problem(version: str | None = None) -> str | None:
             "(the releases with both the v1 EAGLEWorker and the sglang.srt.plugins "
             "framework); older releases: see `sglang-eagle-paged patch --check`"
         )
+    return None
+
+
+def legacy_problem(version: str | None = None) -> str | None:
+    """None when a patched pre-plugin release can run our worker unchanged."""
+    version = version if version is not None else sglang_version()
+    if version is None:
+        return "SGLang is not installed"
+    if not LEGACY_MIN <= Version(version) < SUPPORTED_MIN:
+        return (f"SGLang {version}: the patch loads this package, but its draft-preprocess "
+                f"internals differ from {SUPPORTED_MIN}'s; only {LEGACY_MIN} .. 0.5.10.post1 "
+                f"(patched) and {SUPPORTED_RANGE} (plugin) are run with our worker")
     return None
 
 

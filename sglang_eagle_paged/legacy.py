@@ -51,6 +51,10 @@ def install_legacy() -> bool:
     mode = current_mode()
     if mode is Mode.OFF:
         return False
+    problem = compat.legacy_problem()
+    if problem:
+        logger.warning("[sglang-eagle-paged] not installed: %s", problem)
+        return False
     missing = missing_apis()
     if missing:
         logger.warning("[sglang-eagle-paged] not installed on SGLang %s: missing %s",
