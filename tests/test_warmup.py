@@ -1,0 +1,65 @@
+"""Worker start-up compiles exactly the kernel variants that serving launches.
+
+Under the interpreter nothing is compiled, so the check is on what a compiled
+launch would key Triton's cache on (argument types, alignment, constexprs, options):
+the set seen during serving must be a subset of the set warm-up produced.
+"""
+
+import random
+
+import pytest
+import torch
+
+from helpers.interpreter_order import capture_specializations
+from sglang_eagle_paged.harness import PagedTreeHarness
+from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
+from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
+from sglang_eagle_paged.mode import Mode
+from sglang_eagle_paged.worker import draft_preprocess_decode, warm_up
+
+
+def _keys(specs):
+    return {repr(s) for s in specs}
+
+
+@pytest.mark.parametrize("page,topk,steps", [(16, 4, 3), (64, 8, 5)])
+def test_serving_uses_only_warmed_up_variants(page, topk, steps):
+    h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
+    with capture_specializations(_assign_tree_draft_slots_kernel) as a_warm, \
+            capture_specializations(_duplicate_kv_kernel) as d_warm:
+        warm_up(h.worker)
+    assert len(a_warm) == 1 and len(d_warm) == 1
+
+    rng = random.Random(page * topk)
+    with capture_specializations(_assign_tree_draft_slots_kernel) as a_serve, \
+            capture_specializations(_duplicate_kv_kernel) as d_serve:
+        for bs in (1, 3, 5):
+            rows = [h.add_request(rng.choice([1, page, page + 1, 3 * page - 1, rng.randint(1, 4 * page)]))
+                    for _ in range(bs)]
+            draft_preprocess_decode(h.worker, h.batch(rows), Mode.ON)
+            for r in rows:
+                h.finish_request(r)
+    assert len(a_serve) == 3 and len(d_serve) == 3
+    assert _keys(a_serve) <= _keys(a_warm)
+    assert _keys(d_serve) <= _keys(d_warm)
+
+
+def test_warm_up_leaves_kv_and_allocator_untouched():
+    h = PagedTreeHarness(16, 4, 3, num_tokens=8192, head_num=2, head_dim=8, layer_num=2)
+    row = h.add_request(21)
+    # bytes, not values: the random KV holds NaN patterns, and NaN != NaN
+    before = [b.view(torch.uint8).clone() for b in h.kv_pool.k_buffer + h.kv_pool.v_buffer]
+    free = h.allocator.available_size()
+    r2t = h.req_to_token_pool.req_to_token.clone()
+    warm_up(h.worker)
+    assert all(torch.equal(a, b.view(torch.uint8)) for a, b in zip(before, h.kv_pool.k_buffer + h.kv_pool.v_buffer))
+    assert h.allocator.available_size() == free
+    assert torch.equal(r2t, h.req_to_token_pool.req_to_token)
+    assert h.requests[row].numel() == 21
+
+
+def test_warm_up_skips_configurations_sglang_handles():
+    h = PagedTreeHarness(1, 4, 3, num_tokens=4096)
+    with capture_specializations(_assign_tree_draft_slots_kernel) as specs:
+        warm_up(h.worker)
+    assert specs == []
