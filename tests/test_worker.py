@@ -1,0 +1,437 @@
+"""Our ``_draft_preprocess_decode`` on SGLang's real pools and allocator (CPU, Triton interpreter).
+
+Everything goes through :class:`sglang_eagle_paged.harness.PagedTreeHarness`:
+SGLang's ``ReqToTokenPool``, ``MHATokenToKVPool`` and ``PagedTokenToKVPoolAllocator``
+plus the namespace worker/batch that the method reads. SGLang's own method is
+always taken unhooked (``__wrapped__``), since another test may have loaded the
+plugin in this process.
+"""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import random  # noqa: E402
+import sys  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from sglang_eagle_paged import kv_copy  # noqa: E402
+from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+from sglang_eagle_paged.mode import ENV_VAR, Mode  # noqa: E402
+from sglang_eagle_paged.worker import draft_preprocess_decode, draft_preprocess_decode_hook  # noqa: E402
+
+SMALL = dict(num_tokens=8192, head_num=1, head_dim=8, layer_num=2)
+
+
+def sglang_method():
+    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+
+    fn = EAGLEWorker._draft_preprocess_decode
+    return getattr(fn, "__wrapped__", fn)
+
+
+def build(page, topk, steps, lens, **kw):
+    opts = dict(SMALL, **kw)
+    h = PagedTreeHarness(page, topk, steps, **opts)
+    rows = [h.add_request(n) for n in lens]
+    return h, rows
+
+
+def random_lens(bs, page, seed, aligned_ok=True):
+    rng = random.Random(seed)
+    lens = [rng.randint(1, 4 * page) for _ in range(bs)]
+    if not aligned_ok and all(n % page == 0 for n in lens):
+        lens[0] += 1
+    return lens
+
+
+def kv_bytes(h):
+    return [b.view(torch.uint8).reshape(b.shape[0], -1).clone() for b in h.kv_pool.k_buffer + h.kv_pool.v_buffer]
+
+
+def expected_draft_slots(h, row, seq_len):
+    """Where a page-table backend looks for branch b's step i: the row's own layout."""
+    page, topk, steps = h.page_size, h.topk, h.steps
+    last = seq_len % page
+    span = ((last + steps + page - 1) // page) * page
+    r2t = h.req_to_token_pool.req_to_token[row].long()
+    return torch.stack([r2t[seq_len + b * span: seq_len + b * span + steps] for b in range(topk)]).flatten()
+
+
+def check_step(h, rows, batch, free_before, r2t_prefix_before):
+    bs, topk, steps = len(rows), h.topk, h.steps
+    assert h.allocator.available_size() == free_before
+    assert batch.out_cache_loc.numel() == bs * topk * steps
+    assert batch.seq_lens_sum == sum(len(h.requests[r]) for r in rows)
+    assert torch.equal(batch.spec_info.positions, batch.seq_lens.repeat_interleave(topk))
+    assert batch.return_hidden_states is False
+    assert h.mismatched_branches(rows) == []
+    per_req = batch.out_cache_loc.view(bs, topk * steps).long()
+    for i, r in enumerate(rows):
+        n = len(h.requests[r])
+        # prefix row untouched, draft slots are where the row says branch b continues
+        assert torch.equal(h.req_to_token_pool.req_to_token[r, :n], r2t_prefix_before[i])
+        assert torch.equal(per_req[i], expected_draft_slots(h, r, n))
+
+
+def run_ours(h, rows, mode=Mode.ON):
+    batch = h.batch(rows)
+    free = h.allocator.available_size()
+    prefix = [h.req_to_token_pool.req_to_token[r, :len(h.requests[r])].clone() for r in rows]
+    draft_preprocess_decode(h.worker, batch, mode)
+    return batch, free, prefix
+
+
+CONFIGS = [  # bs, page, topk, steps
+    (1, 4, 8, 5), (1, 16, 4, 1), (3, 4, 4, 2), (5, 16, 8, 3), (7, 64, 4, 5),
+    (16, 16, 4, 3), (16, 4, 8, 4), (2, 64, 8, 1), (9, 16, 2, 5),
+]
+
+
+@pytest.mark.parametrize("bs,page,topk,steps", CONFIGS)
+def test_ours_on_real_pools(bs, page, topk, steps):
+    h, rows = build(page, topk, steps, random_lens(bs, page, seed=bs * 1000 + page * 10 + topk))
+    batch, free, prefix = run_ours(h, rows)
+    check_step(h, rows, batch, free, prefix)
+
+
+def test_page_aligned_and_partial_mixed():
+    """Requests with last_page_len 0 next to partial pages, steps > page (two pages per branch)."""
+    h, rows = build(4, 4, 6, [8, 5, 12, 7, 4])
+    batch, free, prefix = run_ours(h, rows)
+    check_step(h, rows, batch, free, prefix)
+
+
+def test_multi_layer_draft_pool():
+    h, rows = build(16, 4, 3, [5, 33, 17, 48], layer_num=3)
+    batch, free, prefix = run_ours(h, rows)
+    assert h.kv_pool.layer_num == 3
+    check_step(h, rows, batch, free, prefix)
+
+
+# --- the hook: what is ours, what stays SGLang's ---------------------------------
+
+@pytest.mark.parametrize("page,topk", [(1, 1), (1, 4), (1, 8), (4, 1), (16, 1), (64, 1)])
+def test_hook_delegates_page1_or_topk1(monkeypatch, page, topk):
+    monkeypatch.setenv(ENV_VAR, "on")
+    calls = []
+    worker, batch = SimpleNamespace(page_size=page, topk=topk, speculative_num_steps=3), object()
+
+    def original(w, b):
+        calls.append((w, b))
+        return "orig"
+
+    assert draft_preprocess_decode_hook(original, worker, batch) == "orig"
+    assert calls == [(worker, batch)]
+
+
+@pytest.mark.parametrize("mode", ["on", "fake", "off"])
+def test_hook_runs_ours_for_paged_tree(monkeypatch, mode):
+    monkeypatch.setenv(ENV_VAR, mode)
+    h, rows = build(16, 4, 3, [5, 20])
+    batch = h.batch(rows)
+    calls = []
+
+    def original(w, b):
+        calls.append(1)
+
+    draft_preprocess_decode_hook(original, h.worker, batch)
+    if mode == "off":
+        assert calls == [1] and batch.out_cache_loc is None
+    else:
+        assert calls == []
+        assert batch.out_cache_loc.numel() == 2 * 4 * 3
+        assert (h.mismatched_branches(rows) == []) == (mode == "on")
+
+
+# --- against SGLang's own method ---------------------------------------------------
+
+def run_sglang(h, rows):
+    batch = h.batch(rows)
+    free = h.allocator.available_size()
+    sglang_method()(h.worker, batch)
+    assert h.allocator.available_size() == free
+    return batch
+
+
+BS1 = [(4, 8, 5, 7), (4, 4, 1, 3), (16, 4, 3, 37), (16, 8, 5, 1), (64, 4, 5, 100), (64, 8, 2, 63)]
+
+
+@pytest.mark.parametrize("page,topk,steps,seq_len", BS1)
+def test_bs1_equals_sglang(page, topk, steps, seq_len):
+    """At bs 1 SGLang's kernel has no cross-program race: ours must give the same result."""
+    ours_h, (row,) = build(page, topk, steps, [seq_len])
+    theirs_h, (row2,) = build(page, topk, steps, [seq_len], kv_copy=True)
+    assert row == row2 and torch.equal(ours_h.requests[row], theirs_h.requests[row])
+    ours, _, _ = run_ours(ours_h, [row])
+    theirs = run_sglang(theirs_h, [row])
+    assert torch.equal(ours.out_cache_loc.long(), theirs.out_cache_loc.long())
+    assert torch.equal(ours_h.req_to_token_pool.req_to_token, theirs_h.req_to_token_pool.req_to_token)
+    for a, b in zip(kv_bytes(ours_h), kv_bytes(theirs_h)):  # every slot, every layer, K and V
+        assert torch.equal(a, b)
+    assert ours.seq_lens_sum == theirs.seq_lens_sum
+    assert torch.equal(ours.spec_info.positions, theirs.spec_info.positions)
+    assert theirs_h.mismatched_branches([row]) == []
+
+
+def test_bs_many_equals_sglang_in_forward_program_order():
+    """The interpreter runs SGLang's programs in ascending order, the one order in which its
+    in-place use of out_cache_loc is safe (see test_upstream_race.py): there both agree."""
+    lens = [5, 33, 17, 48, 2, 31]
+    ours_h, rows = build(16, 4, 3, lens)
+    theirs_h, rows2 = build(16, 4, 3, lens, kv_copy=True)
+    assert rows == rows2
+    ours, _, _ = run_ours(ours_h, rows)
+    theirs = run_sglang(theirs_h, rows)
+    assert torch.equal(ours.out_cache_loc.long(), theirs.out_cache_loc.long())
+    assert torch.equal(ours_h.req_to_token_pool.req_to_token, theirs_h.req_to_token_pool.req_to_token)
+    for a, b in zip(kv_bytes(ours_h), kv_bytes(theirs_h)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("page,steps,lens", [(4, 5, [4]), (16, 3, [16, 32]), (4, 2, [8])])
+def test_sglang_page_aligned_batch_leaves_padding_in_out_cache_loc(page, steps, lens):
+    """SGLang 0.5.12.post1 compacts out_cache_loc (drops the padded slots) only inside
+    ``if duplicate_cache_len > 0``: when every request of the batch ends on a page
+    boundary it hands out the first ``bs*topk*steps`` allocated slots, so branch b > 0
+    writes its draft KV where its req_to_token row does not point. Ours follows the row."""
+    topk = 4
+    ours_h, rows = build(page, topk, steps, lens)
+    theirs_h, _ = build(page, topk, steps, lens, kv_copy=True)
+    ours, free, prefix = run_ours(ours_h, rows)
+    check_step(ours_h, rows, ours, free, prefix)
+    theirs = run_sglang(theirs_h, rows)
+    # the rows are identical; only SGLang's out_cache_loc disagrees with them
+    assert torch.equal(ours_h.req_to_token_pool.req_to_token, theirs_h.req_to_token_pool.req_to_token)
+    assert not torch.equal(ours.out_cache_loc.long(), theirs.out_cache_loc.long())
+    n = steps * topk
+    assert theirs.out_cache_loc[:n].tolist() == list(range(int(theirs.out_cache_loc[0]), int(theirs.out_cache_loc[0]) + n))
+
+
+# --- fake mode ----------------------------------------------------------------------
+
+def test_fake_mode_same_indices_no_copy():
+    lens = [5, 33, 17, 48, 2]
+    on_h, rows = build(16, 4, 3, lens)
+    fake_h, _ = build(16, 4, 3, lens)
+    before = kv_bytes(fake_h)
+    on, _, _ = run_ours(on_h, rows, Mode.ON)
+    fake, free, _ = run_ours(fake_h, rows, Mode.FAKE)
+    assert torch.equal(on.out_cache_loc, fake.out_cache_loc)
+    assert torch.equal(on_h.req_to_token_pool.req_to_token, fake_h.req_to_token_pool.req_to_token)
+    assert fake_h.allocator.available_size() == free
+    assert on_h.mismatched_branches(rows) == []
+    bad = fake_h.mismatched_branches(rows)
+    # every request has a partial page (48 % 16 == 0 is the exception): branches 1..3 differ
+    want = {(r, b, layer) for r, n in zip(rows, lens) if n % 16 for b in range(1, 4) for layer in range(4)}
+    assert set(bad) == want
+    assert all(torch.equal(a, b) for a, b in zip(before, kv_bytes(fake_h)))  # no KV written at all
+
+
+# --- no host sync ---------------------------------------------------------------------
+
+SYNC_METHODS = {
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+    torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy,
+    torch.Tensor.nonzero, torch.nonzero, torch.Tensor.unique, torch.unique, torch.masked_select,
+    torch.Tensor.masked_select,
+}  # len() reads the shape, not the data: not a sync
+
+
+def _in_triton_interpreter():
+    # The interpreter copies kernel arguments to the host around every launch; on a GPU
+    # that is an asynchronous kernel launch, so those frames are not the code under test.
+    f = sys._getframe(2)
+    while f is not None:
+        if "triton" in f.f_code.co_filename.replace("\\", "/").split("site-packages/")[-1].split("/")[0]:
+            return True
+        f = f.f_back
+    return False
+
+
+class DeviceTensor(torch.Tensor):
+    """Marks "device-side" data. torch's default subclass propagation makes every tensor
+    computed from one a DeviceTensor too, so provenance follows the computation."""
+
+    calls = None
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if cls.calls is not None:
+            sync = func in SYNC_METHODS or (
+                func is torch.Tensor.to and any(str(a) == "cpu" for a in list(args[1:]) + list(kwargs.values())))
+            if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and len(args) > 1:
+                idx = args[1] if isinstance(args[1], tuple) else (args[1],)
+                sync = any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in idx)
+            if sync and not _in_triton_interpreter():
+                cls.calls.append(getattr(func, "__qualname__", repr(func)))
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def tainted(t):
+    return t.as_subclass(DeviceTensor)
+
+
+def count_device_syncs(fn, h, rows):
+    """Run ``fn(worker, batch)`` with every device-side input tainted; return the sync calls."""
+    batch = h.batch(rows)
+    batch.seq_lens = tainted(batch.seq_lens)
+    batch.req_pool_indices = tainted(batch.req_pool_indices)
+    h.req_to_token_pool.req_to_token = tainted(h.req_to_token_pool.req_to_token)
+    h.allocator.free_pages = tainted(h.allocator.free_pages)
+    free = h.allocator.available_size()
+    DeviceTensor.calls = []
+    try:
+        fn(h.worker, batch)
+    finally:
+        calls, DeviceTensor.calls = DeviceTensor.calls, None
+    assert h.allocator.available_size() == free
+    return calls
+
+
+def test_no_host_sync_on_device_tensors():
+    """What this proves: during our ``draft_preprocess_decode`` no ``.item()``, ``int()``,
+    ``bool()``, ``float()``, ``.tolist()``, ``.cpu()``/``.to("cpu")``, ``.numpy()``,
+    ``nonzero``/``unique``/``masked_select`` or boolean-mask indexing is applied to any tensor
+    derived from the device-side inputs (``batch.seq_lens``, ``batch.req_pool_indices``,
+    ``req_to_token``, the allocator's ``free_pages``) -- including inside SGLang's helpers we
+    call (``get_last_loc``, the allocator) -- while host-side values come only from
+    ``batch.seq_lens_cpu``. The positive control shows the probe sees SGLang's own
+    ``torch.sum(batch.seq_lens).item()`` and ``torch.sum(last_page_lens_cpu)`` path.
+
+    What it cannot prove: syncs that do not go through a Python-visible torch call
+    (CUDA caching-allocator syncs, ``torch.cuda.synchronize``, a kernel launch that
+    blocks, implicit syncs inside C++ ops such as ``repeat_interleave`` with a tensor
+    ``repeats``), syncs on tensors created without any device-side input (e.g. a
+    ``torch.zeros(..., device=...)`` read back), and calls made inside the Triton
+    interpreter's launcher (excluded: on a GPU a launch is asynchronous). The GPU
+    benchmark counts real syncs with ``torch.cuda.set_sync_debug_mode``.
+    """
+    h, rows = build(16, 4, 3, [5, 33, 17, 48, 2])
+    assert count_device_syncs(lambda w, b: draft_preprocess_decode(w, b, Mode.ON), h, rows) == []
+    h, rows = build(16, 4, 3, [5, 33, 17, 48, 2])
+    assert count_device_syncs(lambda w, b: draft_preprocess_decode(w, b, Mode.FAKE), h, rows) == []
+
+    theirs_h, rows = build(16, 4, 3, [5, 33, 17, 48, 2], kv_copy=True)
+    theirs = count_device_syncs(sglang_method(), theirs_h, rows)
+    assert any("item" in c for c in theirs), theirs
+
+
+# --- allocator bookkeeping over many steps ----------------------------------------------
+
+STEPS_CHURN = 300
+
+
+def test_allocator_restored_over_many_random_steps():
+    """Random arrivals, finishes and batch subsets; page 16, topk 4, steps 3, small pool.
+
+    Target is 1000 steps; measured ~0.1 s/step in the Triton interpreter on 2 cores, so
+    300 steps run here (about 30 s). After every step the free count equals the count
+    before it; after finishing everything it equals the initial baseline.
+    """
+    rng = random.Random(1234)
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=1, head_dim=8, layer_num=1, max_reqs=24)
+    baseline = h.allocator.available_size()
+    live = []
+    for step in range(STEPS_CHURN):
+        if live and rng.random() < 0.3:
+            h.finish_request(live.pop(rng.randrange(len(live))))
+        while len(live) < 3 or (len(live) < 12 and rng.random() < 0.3):
+            try:
+                live.append(h.add_request(rng.randint(1, 120)))
+            except MemoryError:
+                break
+        if not live:
+            continue
+        rows = rng.sample(live, rng.randint(1, min(6, len(live))))
+        batch = h.batch(rows)
+        free = h.allocator.available_size()
+        try:
+            draft_preprocess_decode(h.worker, batch, Mode.ON)
+        except RuntimeError:  # out of memory for the tree: state must still be restored
+            pass
+        assert h.allocator.available_size() == free, f"step {step}"
+        if step % 50 == 0:
+            assert h.mismatched_branches(rows) == [] or batch.out_cache_loc is None
+    for r in list(live):
+        h.finish_request(r)
+    assert h.allocator.available_size() == baseline
+
+
+def test_allocation_failure_leaves_state_untouched():
+    h = PagedTreeHarness(16, 8, 5, num_tokens=256, head_num=1, head_dim=8, max_reqs=8)
+    h.tree_cache.pretty_print = lambda: None  # SGLang's OOM path prints the tree
+    h.tree_cache.available_and_evictable_str = lambda: "test pool"
+    rows = [h.add_request(n) for n in (100, 90)]
+    free_pages = h.allocator.free_pages.clone()
+    release = h.allocator.release_pages.clone()
+    r2t = h.req_to_token_pool.req_to_token.clone()
+    batch = h.batch(rows)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        draft_preprocess_decode(h.worker, batch, Mode.ON)
+    assert torch.equal(h.allocator.free_pages, free_pages)
+    assert torch.equal(h.allocator.release_pages, release)
+    assert torch.equal(h.req_to_token_pool.req_to_token, r2t)
+    assert batch.out_cache_loc is None
+
+
+# --- pools we do not copy ourselves ------------------------------------------------------
+
+def _recording_pool(page=16):
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    class RecordingPool(MHATokenToKVPool):
+        def move_kv_cache(self, tgt_loc, src_loc):
+            self.moves.append((tgt_loc, src_loc))
+
+    pool = RecordingPool(1024, page, torch.bfloat16, 1, 8, 1, "cpu", False)
+    pool.moves = []
+    return pool
+
+
+def test_move_pairs_forwards_sentinel_free_locations_to_other_pools():
+    pool = _recording_pool()
+    assert kv_copy.pool_buffers(pool) is None  # a subclass is not ours to copy
+    tgt = torch.tensor([40, -1, 41, -1, 42], dtype=torch.int64)
+    src = torch.tensor([20, -1, 21, 22, -1], dtype=torch.int64)
+    kv_copy.move_pairs(pool, tgt, src)
+    assert len(pool.moves) == 1
+    t, s = pool.moves[0]
+    assert t.tolist() == [40, 0, 41, 0, 42] and s.tolist() == [20, 0, 21, 22, 0]
+    assert not kv_copy.is_disjoint_pairs(t)
+    assert tgt.tolist() == [40, -1, 41, -1, 42]  # the caller's buffer is not modified
+
+
+def test_move_kv_cache_hook_untagged_calls_original_unchanged():
+    pool = _recording_pool()
+    seen = []
+
+    def original(p, t, s):
+        seen.append((p, t, s))
+        return "orig"
+
+    tgt, src = torch.tensor([5, -1]), torch.tensor([3, 4])
+    assert kv_copy.move_kv_cache_hook(original, pool, tgt, src) == "orig"
+    assert len(seen) == 1 and seen[0][0] is pool and seen[0][1] is tgt and seen[0][2] is src
+
+    # tagged pairs on a pool we do not copy: the original, without sentinels
+    seen.clear()
+    kv_copy.move_kv_cache_hook(original, pool, kv_copy.mark_disjoint_pairs(torch.tensor([5, -1])), src)
+    assert seen[0][1].tolist() == [5, 0] and seen[0][2].tolist() == [3, 4]
+
+
+def test_move_kv_cache_hook_tagged_plain_pool_uses_kernel():
+    h, rows = build(16, 4, 3, [5])
+    seen = []
+    last = h.requests[rows[0]]
+    tgt = kv_copy.mark_disjoint_pairs(torch.tensor([100, 101, -1, 102], dtype=torch.int64))
+    src = torch.tensor([int(last[0]), int(last[1]), -1, int(last[2])], dtype=torch.int64)
+    kv_copy.move_kv_cache_hook(lambda *a: seen.append(a), h.kv_pool, tgt, src)
+    assert seen == []
+    for b in kv_bytes(h):
+        assert torch.equal(b[[100, 101, 102]], b[src[[0, 1, 3]]])
