@@ -7,6 +7,8 @@ sentinels. Every other caller (e.g. the post-verify compaction in
 in-place-safe implementation, untouched.
 """
 
+import functools
+
 import torch
 
 from .kernels import KVBufferTable, duplicate_kv_pairs
@@ -29,15 +31,21 @@ def is_disjoint_pairs(tgt_loc: torch.Tensor) -> bool:
     return getattr(tgt_loc, DISJOINT_PAIRS_ATTR, False)
 
 
+@functools.lru_cache(maxsize=1)
+def _mha_pool_class():
+    # resolved once: this runs every draft step
+    from .compat import MHA_POOL, resolve
+
+    return resolve(MHA_POOL)
+
+
 def pool_buffers(pool) -> list | None:
     """The K and V buffers of a plain MHA pool, or None for layouts we do not copy.
 
     Exact type match on purpose: subclasses (FP4 with scale buffers, no-op pools)
     may hold state beside ``k_buffer``/``v_buffer`` that a row copy would miss.
     """
-    from .compat import MHA_POOL, resolve
-
-    if type(pool) is not resolve(MHA_POOL):
+    if type(pool) is not _mha_pool_class():
         return None
     k, v = pool.k_buffer, pool.v_buffer
     buffers = list(k) + list(v)
