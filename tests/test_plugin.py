@@ -1,0 +1,203 @@
+"""The plugin as SGLang loads it: entry point, allow-list, modes, version guard, failures.
+
+``register()`` patches SGLang process-wide and cannot be undone, so every case
+that registers hooks runs in its own interpreter. The cases are independent and
+each pays SGLang's import time (~5 s), so they are started together (two at a time)
+the first time any test of this module asks for a result.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sglang_eagle_paged import compat
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CLI = BIN / "sglang-eagle-paged"
+
+PROBE = r"""
+import json, logging, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+{pre}
+{action}
+from importlib.metadata import entry_points
+from sglang.srt.speculative.eagle_worker import EAGLEWorker
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+from sglang.srt.server_args import ServerArgs
+import sglang_eagle_paged.plugin as plugin
+from sglang_eagle_paged import kv_copy
+print("RESULT " + json.dumps({{
+    "entry_points": sorted(f"{{ep.name}}={{ep.value}}" for ep in entry_points(group="sglang.srt.plugins")),
+    "draft": hasattr(EAGLEWorker._draft_preprocess_decode, "__wrapped__"),
+    "move": hasattr(MHATokenToKVPool.move_kv_cache, "__wrapped__"),
+    "spec": hasattr(ServerArgs._handle_speculative_decoding, "__wrapped__"),
+    "mode": plugin.active_mode(),
+    "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
+}}))
+"""
+
+LOAD = "from sglang.srt.plugins import load_plugins; load_plugins()"
+OLD_SGLANG = "import sglang_eagle_paged.compat as c; c.sglang_version = lambda: '0.5.10'"
+BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGLE_WORKER + '._no_such_method'"
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS")}
+    env["TRITON_INTERPRET"] = "1"
+    env.update(extra)
+    return env
+
+
+def _py(pre="", action=LOAD):
+    return [sys.executable, "-c", PROBE.format(pre=pre, action=action)]
+
+
+CASES = {
+    "default": (_py(), {}),
+    "allow_ours": (_py(), {"SGLANG_PLUGINS": "eagle_paged"}),
+    "allow_other": (_py(), {"SGLANG_PLUGINS": "someother"}),
+    "off": (_py(), {"SGLANG_EAGLE_PAGED": "off"}),
+    "fake": (_py(), {"SGLANG_EAGLE_PAGED": "FAKE"}),
+    "invalid": (_py(), {"SGLANG_EAGLE_PAGED": "bogus"}),
+    "old_default": (_py(OLD_SGLANG), {}),
+    "old_on": (_py(OLD_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
+    "bad_target": (_py(BAD_TARGET), {}),
+    "doctor": ([str(CLI), "doctor"], {}),
+    "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
+    "demo": ([str(CLI), "demo"], {}),
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    def one(item):
+        name, (cmd, extra) = item
+        p = subprocess.run(cmd, env=_env(**extra), cwd=ROOT, capture_output=True, text=True, timeout=240)
+        return name, p
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, CASES.items()))
+
+
+def result(p):
+    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+ALL_ON = {"draft": True, "move": True, "spec": True, "mode": "on", "kv_hook_installed": True}
+NONE = {"draft": False, "move": False, "spec": False, "kv_hook_installed": False}
+
+
+def subset(r, want):
+    return {k: r[k] for k in want}
+
+
+# --- entry point and SGLang's allow-list ------------------------------------------------
+
+def test_entry_point_and_load_plugins(runs):
+    r = result(runs["default"])
+    assert "eagle_paged=sglang_eagle_paged.plugin:register" in r["entry_points"]
+    assert subset(r, ALL_ON) == ALL_ON
+
+
+def test_allow_list_naming_us_loads(runs):
+    r = result(runs["allow_ours"])
+    assert subset(r, ALL_ON) == ALL_ON
+
+
+def test_allow_list_without_us_skips(runs):
+    r = result(runs["allow_other"])
+    assert subset(r, NONE) == NONE and r["mode"] is None
+
+
+# --- modes ---------------------------------------------------------------------------------
+
+def test_mode_off_hooks_nothing(runs):
+    r = result(runs["off"])
+    assert subset(r, NONE) == NONE and r["mode"] == "off"
+
+
+def test_mode_fake_keeps_sglang_move_kv_cache(runs):
+    r = result(runs["fake"])
+    want = {"draft": True, "spec": True, "move": False, "mode": "fake", "kv_hook_installed": False}
+    assert subset(r, want) == want
+
+
+def test_invalid_mode_exits_naming_valid_values(runs):
+    p = runs["invalid"]
+    assert p.returncode != 0 and "RESULT" not in p.stdout
+    assert "SystemExit" in p.stderr or "[sglang-eagle-paged]" in p.stderr
+    assert "'bogus'" in p.stderr and "on, off, fake" in p.stderr
+
+
+# --- version guard ----------------------------------------------------------------------
+
+def test_unsupported_version_goes_inactive_with_warning(runs):
+    p = runs["old_default"]
+    r = result(p)
+    assert subset(r, NONE) == NONE and r["mode"] == "inactive"
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("WARNING:sglang_eagle_paged")]
+    assert any("inactive" in w and "0.5.10" in w for w in warnings), p.stderr[-3000:]
+
+
+def test_unsupported_version_with_explicit_on_exits(runs):
+    p = runs["old_on"]
+    assert p.returncode != 0 and "RESULT" not in p.stdout
+    assert "0.5.10" in p.stderr and compat.SUPPORTED_RANGE in p.stderr
+    assert "SGLANG_EAGLE_PAGED=off" in p.stderr
+
+
+@pytest.mark.parametrize("version,ok", [
+    ("0.5.10", False), ("0.5.11rc0", False), ("0.5.11", True), ("0.5.11.post1", True), ("0.5.12", True),
+    ("0.5.12.post1", True), ("0.5.12.post2", False), ("0.5.13", False), ("0.6.0", False),
+])
+def test_version_problem(version, ok):
+    problem = compat.version_problem(version)
+    if ok:
+        assert problem is None
+    else:
+        assert version in problem and compat.SUPPORTED_RANGE in problem
+
+
+def test_installed_version_is_supported():
+    assert compat.version_problem() is None and compat.require_supported() == compat.sglang_version()
+
+
+# --- a hook that cannot be applied ---------------------------------------------------------
+
+def test_unresolvable_target_exits(runs):
+    p = runs["bad_target"]
+    assert p.returncode != 0 and "RESULT" not in p.stdout
+    assert "cannot find sglang.srt.speculative.eagle_worker.EAGLEWorker._no_such_method" in p.stderr
+    assert "SGLANG_EAGLE_PAGED=off" in p.stderr
+
+
+# --- console scripts ----------------------------------------------------------------------
+
+def test_doctor(runs):
+    p = runs["doctor"]
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert "all checks passed" in p.stdout
+    for target in (compat.DRAFT_PREPROCESS, compat.MOVE_KV_CACHE, compat.SPEC_ARGS_CHECK):
+        assert any(line.startswith("[ok  ] hook") and target in line for line in p.stdout.splitlines()), target
+    assert "[ok  ] kernel self-test" in p.stdout
+
+
+def test_doctor_mode_off(runs):
+    p = runs["doctor_off"]
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert "SGLANG_EAGLE_PAGED=off" in p.stdout and "all checks passed" in p.stdout
+    assert "[ok  ] hook" not in p.stdout
+
+
+def test_cpu_demo(runs):
+    p = runs["demo"]
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert "OK:" in p.stdout
