@@ -38,8 +38,11 @@ class PagedTreeHarness:
         self.allocator = PagedTokenToKVPoolAllocator(
             num_tokens, page_size, dtype, device, self.kv_pool, need_sort=False
         )
+        # what SGLang's allocation helpers read from a tree cache, including on failure
         self.tree_cache = SimpleNamespace(
-            token_to_kv_pool_allocator=self.allocator, is_chunk_cache=lambda: True
+            token_to_kv_pool_allocator=self.allocator, is_chunk_cache=lambda: True,
+            pretty_print=lambda: None,
+            available_and_evictable_str=lambda: f"available={self.allocator.available_size()}, evictable=0",
         )
         self.worker = SimpleNamespace(
             page_size=page_size, topk=topk, speculative_num_steps=steps, device=device,

@@ -34,21 +34,23 @@ def _paged_tree(args) -> bool:
 
 
 def _backends(args):
-    names = (args.attention_backend, getattr(args, "decode_attention_backend", None),
-             getattr(args, "prefill_attention_backend", None))
-    return [b for b in names if b]
+    """(flag, backend) pairs that are set, so a refusal can name the flag the user gave."""
+    flags = (("--attention-backend", "attention_backend"),
+             ("--decode-attention-backend", "decode_attention_backend"),
+             ("--prefill-attention-backend", "prefill_attention_backend"))
+    return [(flag, getattr(args, attr, None)) for flag, attr in flags if getattr(args, attr, None)]
 
 
 def refusal(args) -> str | None:
     if not _paged_tree(args):
         return None
-    for backend in _backends(args):
+    for flag, backend in _backends(args):
         if backend in NO_PER_BRANCH_PAGE_TABLE:
             return (
-                f"--attention-backend {backend} cannot run EAGLE tree drafting "
+                f"{flag} {backend} cannot run EAGLE tree drafting "
                 f"(--speculative-eagle-topk {args.speculative_eagle_topk}) with "
                 f"--page-size {args.page_size}: {NO_PER_BRANCH_PAGE_TABLE[backend]}. "
-                f"Use --attention-backend fa3, flashinfer or triton, or "
+                f"Use --attention-backend fa3 or flashinfer (triton with {ALLOW_TRITON_ENV}=1), or "
                 f"--speculative-eagle-topk 1, or --page-size 1."
             )
     return None

@@ -56,10 +56,12 @@ def test_refused_backends_name_backend_and_alternatives(backend, where):
     a = args(**{"attention": {"backend": backend}, "decode": {"backend": "fa3", "decode": backend},
                 "prefill": {"backend": "fa3", "prefill": backend}}[where])
     reason = gate.refusal(a)
-    assert reason and f"--attention-backend {backend}" in reason
-    assert "fa3, flashinfer or triton" in reason and "--speculative-eagle-topk 8" in reason and "--page-size 64" in reason
+    flag = {"attention": "--attention-backend", "decode": "--decode-attention-backend",
+            "prefill": "--prefill-attention-backend"}[where]
+    assert reason and f"{flag} {backend}" in reason
+    assert "fa3 or flashinfer" in reason and gate.ALLOW_TRITON_ENV in reason and "--speculative-eagle-topk 8" in reason and "--page-size 64" in reason
     orig = Original()
-    with pytest.raises(ValueError, match=rf"^\[sglang-eagle-paged\] --attention-backend {backend} "):
+    with pytest.raises(ValueError, match=rf"^\[sglang-eagle-paged\] {flag} {backend} "):
         gate.spec_args_hook(orig, a)
     assert orig.seen == []  # SGLang's own check is not reached
 
@@ -201,7 +203,7 @@ def test_real_mla_refused_with_our_message(real, case, backend):
     for run in ("ours", "ours_opt_in"):
         r = real[run][case]
         assert not r["ok"] and r["error"].startswith(f"[sglang-eagle-paged] --attention-backend {backend} ")
-        assert "fa3, flashinfer or triton" in r["error"]
+        assert "fa3 or flashinfer" in r["error"]
 
 
 @pytest.mark.parametrize("case", ["triton-1-64", "triton-8-1", "fa3-8-64", "flashinfer-8-64", "flashmla-1-64",
