@@ -58,7 +58,10 @@ def parse_args(argv=None):
     p.add_argument("--max-live", type=int, default=8, help="live requests per pool, at most")
     p.add_argument("--max-prompt", type=int, default=96)
     p.add_argument("--max-new", type=int, default=48, help="decode tokens per request, at most")
-    p.add_argument("--num-tokens", type=int, default=4096, help="KV slots per pool")
+    p.add_argument("--num-tokens", type=int, default=2048,
+                   help="KV slots per pool (small enough that SGLang's reservation retracts at times)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="stop after this many seconds (the summary reports the steps done)")
     p.add_argument("--debug-pool", action="store_true", help="SGLANG_DEBUG_MEMORY_POOL=1")
     p.add_argument("--check-every", type=int, default=1,
                    help="run the KV / branch checks every N steps (free-page checks run every step)")
@@ -177,7 +180,11 @@ def run(args):
                  checked_steps=0, max_batch=0)
     t0 = time.perf_counter()
 
+    steps_done = 0
     for step in range(args.steps):
+        if args.time_limit is not None and time.perf_counter() - t0 > args.time_limit:
+            break
+        steps_done = step + 1
         pool = pools[step % len(pools)] if rng.random() < 0.5 else rng.choice(pools)
         h, page = pool.h, pool.page
         topk, steps = rng.randint(tk_lo, tk_hi), rng.randint(st_lo, st_hi)
@@ -301,7 +308,7 @@ def run(args):
             f"(free {len(end)} of {len(pool.baseline)} at start)")
         assert pool.h.allocator.available_size() == len(pool.baseline) * pool.page
 
-    summary = dict(ok=True, steps=args.steps, seed=args.seed, seconds=round(time.perf_counter() - t0, 1),
+    summary = dict(ok=True, steps=steps_done, steps_requested=args.steps, seed=args.seed, seconds=round(time.perf_counter() - t0, 1),
                    page_sizes=pages, topk=[tk_lo, tk_hi], num_steps=[st_lo, st_hi],
                    debug_pool=bool(args.debug_pool),
                    debug_mode_active=all(bool(p.h.allocator.debug_mode) for p in pools),
