@@ -441,6 +441,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     diff_text = patch.read_text(encoding="utf-8")
     print(f"Patch: {patch.name}", file=out)
+    from .compat import legacy_problem
+
+    inactive = legacy_problem(base)
+    if inactive:
+        # The hook would load, and our worker would then decline: say so instead of patching.
+        print(f"Note: {inactive}.", file=out if args.action != "apply" else sys.stderr)
+        if args.action == "apply":
+            print("sglang-eagle-paged patch: not applied (it would change nothing); upgrade SGLang to "
+                  f"0.5.8 or later.", file=sys.stderr)
+            return 2
 
     try:
         if args.action == "check":
