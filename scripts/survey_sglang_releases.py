@@ -387,14 +387,18 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "",
         f"* **{patching.PLUGIN_FRAMEWORK_RELEASES[0]} .. {patching.PLUGIN_FRAMEWORK_RELEASES[-1]}** is the "
         "supported range: these releases have both the v1 `EAGLEWorker` and `sglang.srt.plugins`, so SGLang "
-        "loads `sglang-eagle-paged` through its `eagle_paged` entry point with no patch. This range is the one "
-        "proven on GPU by the end-to-end suite, once that suite has been run.",
+        "loads `sglang-eagle-paged` through its `eagle_paged` entry point with no patch. On a GPU, "
+        "0.5.12.post1 ran the end-to-end suite's core set (H200, 2026-11-30, `bench/results/`); 0.5.11 and "
+        "0.5.12 have the same draft-preprocess code (0.5.11 names the penalizer input `verified_id`, handled in "
+        "`compat.py`) and are covered by the CPU tests only.",
         "* **Older releases with the v1 `EAGLEWorker`** are reachable only through the patches in "
         "`sglang_eagle_paged/patches/` (`sglang-eagle-paged patch --apply`). They are covered only by CPU "
         "checks (`tests/test_patches.py`: each patch applies to the real wheel, the patched file byte-compiles, "
         "and reverting restores the tree byte for byte) and by the internals listed below; nothing has run "
-        "on a GPU with them, and `sglang_eagle_paged.legacy` needs a version adapter for the differences "
-        "listed under \"Adapter needs\".",
+        "on a GPU with them. Our worker runs on **0.5.8 .. 0.5.10.post1**, whose draft preprocess for "
+        "page > 1 and topk > 1 is identical to 0.5.11's (compared function by function); on 0.5.7 and older "
+        "`sglang_eagle_paged.legacy` declines with a warning and `patch --apply` refuses, since those need "
+        "the adapters listed under \"Adapter needs\", which are not written.",
         "",
         "## Table",
         "",
