@@ -55,6 +55,21 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     )
 
 
+# Kernels whose compiled variants the suite counts: ours, and SGLang's built-in ones
+# that take the copy length or batch size as a constexpr.
+COUNTED_KERNELS = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel",
+                   "assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
+
+
+def triton_variants(cache_dir) -> dict:
+    """Compiled variants per kernel in a Triton cache dir (one ``<name>.json`` per variant)."""
+    counts = {name: 0 for name in COUNTED_KERNELS}
+    for meta in Path(cache_dir).glob("*/*.json"):
+        if meta.stem in counts:
+            counts[meta.stem] += 1
+    return counts
+
+
 def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
                 parallel: int = 16, max_new_tokens: int = 256, max_total_tokens: int = 131072,
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
@@ -72,8 +87,12 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
         args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
         record = {"config": asdict(cfg), "server_args": args}
         t0 = time.time()
+        # A fresh Triton cache per server, so compiled variants can be counted.
+        cache_dir = Path(log_dir) / "triton_cache" / cfg.name
+        env = mode_env(cfg.mode)
+        env["TRITON_CACHE_DIR"] = str(cache_dir)
         try:
-            with ServerProcess(args, port=port, env=mode_env(cfg.mode), log_path=f"{log_dir}/{cfg.name}.log",
+            with ServerProcess(args, port=port, env=env, log_path=f"{log_dir}/{cfg.name}.log",
                                startup_timeout=startup_timeout) as server:
                 record["startup_s"] = round(time.time() - t0, 1)
                 # A first pass over other prompts: JIT compiles of SGLang's per-batch-size
@@ -81,12 +100,14 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 if warmup_questions:
                     run_benchmark(server.base_url, warmup_questions, parallel=parallel,
                                   max_new_tokens=max_new_tokens, progress=False)
+                record["triton_variants_after_warmup"] = triton_variants(cache_dir)
                 bench = run_benchmark(server.base_url, questions, parallel=parallel,
                                       max_new_tokens=max_new_tokens, progress=False)
                 record["summary"] = bench["summary"]
                 record["server"] = bench["server"]
                 record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
                 record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]
+                record["triton_variants_after_run"] = triton_variants(cache_dir)
         except ServerStartError as exc:
             record["error"] = str(exc)
             record["log_tail"] = exc.log_tail

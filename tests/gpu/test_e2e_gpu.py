@@ -140,6 +140,16 @@ def test_ours_matches_sglang_builtin(results):
     assert a_ours >= a_up * (1 - PARITY_TOL)
 
 
+@pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.mode == "on" and c.algorithm and c.page_size > 1])
+def test_no_new_kernel_variants_after_warm_up(results, name):
+    """Our kernels compile at worker start-up; new prompts and batch mixes add no variant."""
+    _acc(results, name)
+    warm, run = results[name]["triton_variants_after_warmup"], results[name]["triton_variants_after_run"]
+    print(f"{name}: variants after warm-up {warm}, after the measured run {run}")
+    for kernel in ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel"):
+        assert warm[kernel] >= 1 and run[kernel] == warm[kernel], (kernel, warm, run)
+
+
 def test_write_summary(results):
     out = Path(os.environ.get("E2E_OUT", "/tmp/e2e"))
     rows = {n: {k: (r.get("summary") or {}).get(k) for k in ("acceptance_length", "output_throughput", "num_errors")}
