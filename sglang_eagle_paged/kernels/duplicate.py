@@ -66,12 +66,9 @@ class KVBufferTable:
         if not buffers:
             raise ValueError("no KV buffers")
         device = buffers[0].device
-        row_bytes = []
-        for b in buffers:
-            if not b.is_contiguous():
-                raise ValueError("KV buffers must be contiguous")
-            row_bytes.append(b[0].numel() * b.element_size())
-        ptrs = [b.data_ptr() for b in buffers]
+        if not all(b.is_contiguous() for b in buffers):
+            raise ValueError("KV buffers must be contiguous")
+        ptrs, row_bytes = map(list, zip(*_keys(buffers)))
         # Widest integer that divides every row and base address: 8-byte lanes
         # (16-byte vector accesses after coalescing) for every real pool layout.
         elem = 8
@@ -87,7 +84,13 @@ class KVBufferTable:
         )
 
     def matches(self, buffers: Sequence[torch.Tensor]) -> bool:
-        return self.keys == tuple((b.data_ptr(), b[0].numel() * b.element_size()) for b in buffers)
+        return self.keys == _keys(buffers)
+
+
+def _keys(buffers) -> tuple:
+    # (address, row bytes) per buffer; stride(0) is the row length of a contiguous
+    # buffer, and reading it creates no view (this runs every draft step)
+    return tuple((b.data_ptr(), b.stride(0) * b.element_size()) for b in buffers)
 
 
 def _block_sizes(row_elems_max: int):
