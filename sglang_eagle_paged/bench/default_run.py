@@ -5,6 +5,7 @@ MT-bench, print the table and shut the server down."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -99,6 +100,14 @@ def run(args) -> int:
         print("embedded default model pair not found: " + ", ".join(missing)
               + "\npass --model-path and --speculative-draft-model-path for your own target/draft pair",
               file=sys.stderr)
+        return 2
+    from ..server_args_gate import ALLOW_TRITON_ENV
+
+    if backend == "triton" and args.speculative_eagle_topk > 1 and args.page_size > 1 \
+            and os.environ.get(ALLOW_TRITON_ENV) != "1" and not args.dry_run:
+        print(f"only the triton attention backend is available here; EAGLE topk > 1 with page > 1 on triton "
+              f"is not yet proven by the GPU suite: set {ALLOW_TRITON_ENV}=1 to try it, or pass "
+              f"--page-size 1 / --speculative-eagle-topk 1", file=sys.stderr)
         return 2
     if args.dry_run:
         return 0
