@@ -1,0 +1,29 @@
+"""Every v1 worker that drafts a tree reaches our hooked method (checked on the installed SGLang)."""
+
+import subprocess
+import sys
+
+SCRIPT = """
+import inspect
+from sglang_eagle_paged import plugin
+plugin.register()
+from sglang.srt.speculative.eagle_worker import EAGLEWorker
+from sglang.srt.speculative.standalone_worker import StandaloneWorker
+from sglang.srt.speculative.multi_layer_eagle_worker import MultiLayerEagleWorker
+from sglang_eagle_paged.worker import PagedEagleWorker
+hooked = EAGLEWorker._draft_preprocess_decode
+assert hasattr(hooked, "__wrapped__"), "not hooked"
+# STANDALONE inherits the method from EAGLEWorker
+assert StandaloneWorker._draft_preprocess_decode is hooked
+# multi-layer EAGLE is not a subclass, but calls the base method by name at run time
+src = inspect.getsource(MultiLayerEagleWorker._draft_preprocess_decode)
+assert "EAGLEWorker._draft_preprocess_decode(self, batch)" in src, src
+assert issubclass(PagedEagleWorker, EAGLEWorker)
+assert PagedEagleWorker._draft_preprocess_decode is not hooked
+print("OK")
+"""
+
+
+def test_standalone_multilayer_and_subclass_reach_our_method():
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
