@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-SCRIPT = """
+SCRIPT = r"""
 import inspect
 from sglang_eagle_paged import plugin
 plugin.register()
