@@ -364,6 +364,23 @@ def lr_at(frac, peak, warm=0.03, floor=0.1):
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * f)))
 
 
+def timed_schedule(seconds, opt, peak_lr, t0):
+    """Yield until the time budget is spent, setting the cosine learning rate each step."""
+    while (elapsed := time.time() - t0) < seconds:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(elapsed / seconds, peak_lr)
+        yield
+
+
+def optimizer_step(opt, params, loss):
+    import torch  # imported lazily, as everywhere in this script
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+
+
 def batches(stream, batch, seq, gen, device):
     import torch
     n = stream.numel() - seq - 1
@@ -474,20 +491,12 @@ def main():
     t0 = time.time()
     step, losses = 0, []
     target.train()
-    while True:
-        el = time.time() - t0
-        if el >= a.target_seconds:
-            break
-        for g_ in opt.param_groups:
-            g_["lr"] = lr_at(el / a.target_seconds, a.lr)
+    for _ in timed_schedule(a.target_seconds, opt, a.lr, t0):
         x = next(it)
         with amp:
             logits = target(input_ids=x[:, :-1]).logits
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, target.parameters(), loss)
         step += 1
         if step % 50 == 0 or step <= 2:
             losses.append((step, round(time.time() - t0, 1), loss.item()))
@@ -522,12 +531,7 @@ def main():
     t0 = time.time()
     dstep, dlosses = 0, []
     draft.train()
-    while True:
-        el = time.time() - t0
-        if el >= a.draft_seconds:
-            break
-        for g_ in dopt.param_groups:
-            g_["lr"] = lr_at(el / a.draft_seconds, a.draft_lr)
+    for _ in timed_schedule(a.draft_seconds, dopt, a.draft_lr, t0):
         x = next(it)[:, :-1]
         h, logits = target_feats(x)
         with torch.no_grad():
@@ -543,10 +547,7 @@ def main():
         tprob = torch.softmax(logits[:, 1:], -1)
         cls = -(tprob * torch.log_softmax(dlog.float(), -1)).sum(-1).mean()
         loss = a.w_reg * reg + a.w_cls * cls
-        dopt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        dopt.step()
+        optimizer_step(dopt, draft.parameters(), loss)
         dstep += 1
         if dstep % 50 == 0 or dstep <= 2:
             dlosses.append((dstep, round(time.time() - t0, 1), reg.item(), cls.item()))
