@@ -26,10 +26,6 @@ MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
 
 
-class UnsupportedSGLang(RuntimeError):
-    pass
-
-
 @functools.lru_cache(maxsize=1)
 def sglang_version() -> str | None:
     try:
@@ -62,13 +58,6 @@ def legacy_problem(version: str | None = None) -> str | None:
                 f"internals differ from {SUPPORTED_MIN}'s; only {LEGACY_MIN} .. 0.5.10.post1 "
                 f"(patched) and {SUPPORTED_RANGE} (plugin) are run with our worker")
     return None
-
-
-def require_supported() -> str:
-    problem = version_problem()
-    if problem:
-        raise UnsupportedSGLang(problem)
-    return sglang_version()
 
 
 # --- SGLang internals the worker calls (same names in 0.5.11 .. 0.5.12.post1) ---

@@ -167,7 +167,7 @@ def test_version_problem(version, ok):
 
 
 def test_installed_version_is_supported():
-    assert compat.version_problem() is None and compat.require_supported() == compat.sglang_version()
+    assert compat.version_problem() is None and compat.sglang_version() is not None
 
 
 # --- a hook that cannot be applied ---------------------------------------------------------
