@@ -69,7 +69,13 @@ class FakeSGLang(BaseHTTPRequestHandler):
                 "finish_reason": {"type": "length"}}
         if "NOSPEC" not in text:
             meta["spec_verify_ct"] = 10
-        self._json(200, {"text": f"ANSWER[{text.count('User:')}]", "meta_info": meta})
+        answer = f"ANSWER[{text.count('User:')}]"
+        if req.get("return_logprob"):
+            # SGLang's shape: [logprob, id, text] per token, and per position the top-k.
+            pieces = [answer[:3], answer[3:]]
+            meta["output_token_logprobs"] = [[-0.1, i, t] for i, t in enumerate(pieces)]
+            meta["output_top_logprobs"] = [[[-0.1, i, t], [-0.4 - i, 99, "X"]] for i, t in enumerate(pieces)]
+        self._json(200, {"text": answer, "meta_info": meta})
 
 
 @pytest.fixture

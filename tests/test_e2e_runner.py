@@ -14,23 +14,28 @@ from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
 
 
 class FakeServer:
-    """Stands in for ServerProcess: records its env and 'compiles' one kernel variant."""
+    """Stands in for ServerProcess: records its env and life cycle, 'compiles' one kernel variant."""
 
     started = []
+    events = []
 
     def __init__(self, args, *, port, env, log_path, startup_timeout, base_url):
-        self.args, self.env, self.base_url = args, env, base_url
-        FakeServer.started.append(self)
+        self.args, self.env, self.base_url, self.name = args, env, base_url, Path(log_path).stem
 
-    def __enter__(self):
+    def start(self):
+        FakeServer.started.append(self)
+        FakeServer.events.append(("start", self.name))
+        return self
+
+    def wait_ready(self):
+        FakeServer.events.append(("ready", self.name))
         variant = Path(self.env["TRITON_CACHE_DIR"]) / "hash0"
         variant.mkdir(parents=True, exist_ok=True)
         (variant / "_duplicate_kv_kernel.json").write_text("{}")
         (variant / "__grp___duplicate_kv_kernel.json").write_text("{}")  # not a variant
-        return self
 
-    def __exit__(self, *exc):
-        return False
+    def stop(self):
+        FakeServer.events.append(("stop", self.name))
 
 
 @pytest.fixture
@@ -71,24 +76,108 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
     assert FakeServer.started == []
 
 
-def test_failed_start_is_recorded_not_raised(monkeypatch, tmp_path, questions):
-    def boom(args, **kw):
-        raise e2e.ServerStartError("server exited with code 1", "log tail here")
+def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeypatch, tmp_path, questions,
+                                                                         fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
+        e2e.RunConfig("triton_on_p64", page_size=64, backend="triton")]
+    res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
+                          log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
+                          warmup=1, concurrency=3, parallel1_questions=1)
+    ev = FakeServer.events
+    # group 1: three starts before any wait; each stopped before the next one's measurement
+    assert ev[:3] == [("start", "on_p1"), ("start", "on_p16"), ("start", "on_p64")]
+    assert ev.index(("stop", "on_p1")) < ev.index(("ready", "on_p16"))
+    assert ev.index(("stop", "on_p64")) < ev.index(("start", "triton_on_p64"))
+    assert all("--sleep-on-idle" in s.args for s in FakeServer.started)
+    assert FakeServer.started[3].env.get("SGLANG_EAGLE_PAGED_ALLOW_TRITON") == "1"
+    assert "SGLANG_EAGLE_PAGED_ALLOW_TRITON" not in FakeServer.started[0].env
+    for name in ("on_p1", "on_p16", "on_p64", "triton_on_p64"):
+        assert not res[name].get("error") and res[name]["summary_parallel1"]["num_requests"] == 2
 
-    monkeypatch.setattr(e2e, "ServerProcess", boom)
+
+def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
+    url, _ = fake_server
+    from test_bench_mtbench import FakeSGLang
+
+    FakeServer.started = []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    FakeSGLang.prompts = []
+    e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None)], target="T", draft="D",
+                    out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=3,
+                    question_file=str(questions), warmup=2)
+    warm = [p["text"] for p in FakeSGLang.prompts if "Briefly:" in p["text"]]
+    measured = [p["text"] for p in FakeSGLang.prompts if "Briefly:" not in p["text"]]
+    assert warm and len(measured) == 6 and not set(warm) & set(measured)
+
+
+def test_nospec_reference_records_token_margins(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started = []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    res = e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64)],
+                          target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
+                          num_questions=1, question_file=str(questions), warmup=0)
+    assert res["nospec_p1"]["tokens"]["1/1"] == [["ANS", 0.3, "X"], ["WER[1]", 1.3, "X"]]
+    assert "tokens" not in res["on_p64"]  # only the reference pays for logprobs
+
+
+def test_failed_start_is_recorded_not_raised(monkeypatch, tmp_path, questions):
+    class Exits(FakeServer):
+        def wait_ready(self):
+            raise e2e.ServerStartError("server exited with code 1", "log tail here")
+
+    FakeServer.events = []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: Exits(args, base_url="http://x", **kw))
     res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path), num_questions=1,
                           question_file=str(questions), warmup=0)
     assert res["on_p64"]["error"].startswith("server exited with code 1") and res["on_p64"]["log_tail"] == "log tail here"
+    assert FakeServer.events[-1] == ("stop", "on_p64")  # children of a failed start are cleaned up
 
 
 def test_agreement_counts_and_first_divergence():
-    ref = {"1/1": "abcdef", "1/2": "same", "2/1": "xyz", "3/1": None}
-    other = {"1/1": "abcXef", "1/2": "same", "2/1": "xyz", "3/1": "ignored", "4/1": "extra"}
+    ref = {"1/1": "abcdef", "1/2": "same", "2/1": "xyz", "2/2": "uvw", "3/1": None}
+    other = {"1/1": "abcXef", "1/2": "same", "2/1": "xyz", "2/2": "uvw", "3/1": "ignored", "4/1": "extra"}
     a = e2e.agreement(ref, other)
+    # 1/2 is not the same prompt in both runs (its first turn differs): not compared
     assert (a["compared"], a["exact"]) == (3, 2)
     assert a["rate"] == pytest.approx(2 / 3)
     assert a["first_divergence"]["prompt"] == "1/1" and a["first_divergence"]["char"] == 3
+    assert a["near_tie_share"] is None  # no margins given
+
+
+def test_agreement_places_divergences_on_reference_tokens():
+    ref = {"1/1": "the cat sat", "2/1": "a b", "3/1": "same"}
+    other = {"1/1": "the dog sat", "2/1": "a c", "3/1": "same"}
+    tokens = {"1/1": [["the", 2.0, "a"], [" cat", 0.1, " dog"], [" sat", 3.0, "!"]],
+              "2/1": [["a", 1.0, "b"], [" b", 2.5, " d"]], "3/1": [["same", 9.0, "x"]]}
+    a = e2e.agreement(ref, other, tokens)
+    by = {d["prompt"]: d for d in a["divergences"]}
+    assert (by["1/1"]["token"], by["1/1"]["margin"], by["1/1"]["runner_up_taken"]) == (1, 0.1, True)
+    assert (by["2/1"]["token"], by["2/1"]["margin"], by["2/1"]["runner_up_taken"]) == (1, 2.5, False)
+    assert a["near_tie_share"] == pytest.approx(0.5) and a["runner_up_taken"] == 1
+    assert (a["margin_median"], a["margin_max"]) == (2.5, 2.5)
+
+
+def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
+    sets = e2e.testbed_sets("fa3")
+    core = [c.name for c in sets["core"]]
+    assert core == ["nospec_p1", "on_p1", "on_p64", "fake_p64", "off_p64"]
+    ext = {c.name: c for c in sets["extended"]}
+    assert set(core) < set(ext) and ext["triton_on_p64"].backend == "triton"
+    assert ext["oracle_on_p64"].algorithm == "STANDALONE" and ext["oracle_on_p64"].draft == "target"
+    assert len(ext) == len(sets["extended"])  # unique names
+    seen = {}
+    monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
+    e2e.main(["--set", "large", "--only", "on_p1,off_p64", "--target", "T", "--draft", "D", "--load-format",
+              "dummy", "--out", str(tmp_path), "--concurrency", "4", "--profile", "on_p1", "--ignore-eos"])
+    assert [c.name for c in seen["configs"]] == ["on_p1", "off_p64"]
+    assert seen["load_format"] == "dummy" and seen["concurrency"] == 4 and seen["profile"] == ["on_p1"]
+    assert seen["ignore_eos"] and seen["out_json"] == str(tmp_path / "e2e.json")
 
 
 def test_triton_variants_counts_only_named_kernel_files(tmp_path):

@@ -10,6 +10,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from .mtbench import load_questions, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env
@@ -28,6 +29,52 @@ class RunConfig:
     cuda_graph: bool = True
     draft: str = "draft"             # "draft" (EAGLE head) or "target" (self-draft)
     extra: list = field(default_factory=list)
+
+
+def testbed_sets(backend: str = "fa3") -> dict:
+    """Configurations of the GPU suite on the trained testbed pair, by set name."""
+    b = backend
+    core = [
+        RunConfig("nospec_p1", algorithm=None, page_size=1, backend=b),
+        RunConfig("on_p1", page_size=1, backend=b),
+        RunConfig("on_p64", page_size=64, backend=b),
+        RunConfig("fake_p64", mode="fake", page_size=64, backend=b),
+        RunConfig("off_p64", mode="off", page_size=64, backend=b),
+    ]
+    k4 = dict(topk=4, num_draft_tokens=16)
+    oracle = dict(algorithm="STANDALONE", draft="target", topk=4, steps=3, num_draft_tokens=16)
+    extended = [
+        RunConfig("on_p16", page_size=16, backend=b),
+        RunConfig("on_p128", page_size=128, backend=b),
+        RunConfig("on_p1_k4", page_size=1, backend=b, **k4),
+        RunConfig("on_p16_k4", page_size=16, backend=b, **k4),
+        RunConfig("on_p64_k4", page_size=64, backend=b, **k4),
+        RunConfig("on_p64_k1", page_size=64, backend=b, topk=1, steps=5),
+        RunConfig("on_p64_nograph", page_size=64, backend=b, cuda_graph=False),
+        RunConfig("oracle_on_p1", page_size=1, backend=b, **oracle),
+        RunConfig("oracle_on_p64", page_size=64, backend=b, **oracle),
+        RunConfig("oracle_fake_p64", mode="fake", page_size=64, backend=b, **oracle),
+        RunConfig("triton_on_p1", page_size=1, backend="triton"),
+        RunConfig("triton_on_p64", page_size=64, backend="triton"),
+        RunConfig("fake_p16", mode="fake", page_size=16, backend=b),
+        RunConfig("fake_p128", mode="fake", page_size=128, backend=b),
+        RunConfig("fake_p64_k4", mode="fake", page_size=64, backend=b, **k4),
+        RunConfig("off_p16", mode="off", page_size=16, backend=b),
+        RunConfig("off_p128", mode="off", page_size=128, backend=b),
+        RunConfig("off_p64_k4", mode="off", page_size=64, backend=b, **k4),
+    ]
+    return {"core": core, "extended": core + extended}
+
+
+def large_set(backend: str = "fa3") -> list:
+    """Cost per step at a realistic size (dummy weights: acceptance is not meaningful)."""
+    return [
+        RunConfig("on_p1", page_size=1, backend=backend),
+        RunConfig("on_p64", page_size=64, backend=backend),
+        RunConfig("on_p128", page_size=128, backend=backend),
+        RunConfig("off_p64", mode="off", page_size=64, backend=backend),
+        RunConfig("off_p128", mode="off", page_size=128, backend=backend),
+    ]
 
 
 def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_tokens: int,
@@ -70,69 +117,244 @@ def triton_variants(cache_dir) -> dict:
     return counts
 
 
+def _warmup_questions(questions: list[dict], n: int) -> list[dict]:
+    # Other prompts than the measured ones (a prefix changes every prompt), so the
+    # measured pass is a second, different workload: what it compiles was not warmed.
+    picked = questions[-n:] if n else []
+    return [{**q, "question_id": f"w{q['question_id']}", "turns": [f"Briefly: {t}" for t in q["turns"]]}
+            for q in picked]
+
+
+def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions, warmup_questions,
+             parallel: int, max_new_tokens: int, ignore_eos: bool, parallel1_questions: int,
+             profile_dir: str | None) -> None:
+    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
+    if warmup_questions:
+        # Two batch mixes: JIT compiles of SGLang's per-batch-size kernels (and any of
+        # ours) belong to warm-up, not to the measurement.
+        run_benchmark(server.base_url, warmup_questions, parallel=parallel, **bench_kw)
+        run_benchmark(server.base_url, warmup_questions[: max(1, len(warmup_questions) // 4)], parallel=3, **bench_kw)
+    record["triton_variants_after_warmup"] = triton_variants(cache_dir)
+    # The non-speculative reference also reports each token's runner-up: a later
+    # divergence from it can then be shown to sit on a near-tie (numerics) or not.
+    top = 2 if cfg.algorithm is None else 0
+    bench = run_benchmark(server.base_url, questions, parallel=parallel, top_logprobs=top, **bench_kw)
+    record["summary"] = bench["summary"]
+    record["server"] = bench["server"]
+    record["metadata"] = bench["metadata"]
+    record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
+    if top:
+        record["tokens"] = {f"{r['question_id']}/{r['turn']}": r.get("tokens") for r in bench["requests"]}
+    record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]
+    record["triton_variants_after_run"] = triton_variants(cache_dir)
+    if parallel1_questions:
+        one = run_benchmark(server.base_url, questions[:parallel1_questions], parallel=1, **bench_kw)
+        record["summary_parallel1"] = one["summary"]
+    if profile_dir is not None:
+        from . import profile
+
+        out = Path(profile_dir) / cfg.name
+        drive = lambda: run_benchmark(server.base_url, questions[:parallel], parallel=parallel, **bench_kw)  # noqa: E731
+        trace = profile.capture(server.base_url, str(out), num_steps=PROFILE_STEPS, drive=drive)
+        if trace is not None:
+            summary = profile.summarize_trace(trace)
+            summary["steps"] = PROFILE_STEPS
+            record["profile"] = summary
+
+
+# Forward steps the profiler records per profiled server: enough to average over
+# draft/verify/extend cycles, few enough to keep the trace small.
+PROFILE_STEPS = 30
+
+
+def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens, mem_fraction, load_format,
+            startup_timeout, shared_gpu: bool):
+    # SGLang derives further ports from this one (gRPC adds 10000): stay low.
+    port = 30000 + 20 * i
+    args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+    if shared_gpu:
+        # Idle servers wait on their sockets instead of spinning a core each while
+        # another server on the same machine is being measured.
+        args.append("--sleep-on-idle")
+    # A fresh Triton cache per server, so compiled variants can be counted.
+    cache_dir = Path(log_dir) / "triton_cache" / cfg.name
+    env = mode_env(cfg.mode)
+    env["TRITON_CACHE_DIR"] = str(cache_dir)
+    if cfg.backend == "triton":
+        # SGLang refuses triton for topk > 1 with page > 1; the plugin allows it on request.
+        env["SGLANG_EAGLE_PAGED_ALLOW_TRITON"] = "1"
+    server = ServerProcess(args, port=port, env=env, log_path=f"{log_dir}/{cfg.name}.log",
+                           startup_timeout=startup_timeout)
+    return server, {"config": asdict(cfg), "server_args": args}, cache_dir
+
+
 def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
                 parallel: int = 16, max_new_tokens: int = 256, max_total_tokens: int = 131072,
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
-                question_file: str | None = None, warmup: int = 16) -> dict:
+                question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
+                ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
+                profile_dir: str | None = None) -> dict:
+    """Measure every configuration; ``concurrency`` servers start together on one GPU.
+
+    Servers of a group start at once (start-up is mostly CPU-bound: imports, CUDA
+    graph capture), then are measured one at a time while the others sit idle, so a
+    measurement never shares the GPU with another server's work.
+    """
     all_questions = load_questions(question_file, None)
     questions = all_questions[:num_questions]
-    warmup_questions = all_questions[-warmup:] if warmup else []
+    warmup_questions = _warmup_questions(all_questions, warmup)
     out_path = Path(out_json)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    for i, cfg in enumerate(configs):
-        if cfg.name in results and not results[cfg.name].get("error"):
-            continue  # measured already (a resumed suite)
-        # SGLang derives further ports from this one (gRPC adds 10000): stay low.
-        port = 30000 + 20 * i
-        args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
-        record = {"config": asdict(cfg), "server_args": args}
+    todo = [(i, c) for i, c in enumerate(configs) if not (c.name in results and not results[c.name].get("error"))]
+    group_size = max(1, concurrency)
+    for g in range(0, len(todo), group_size):
+        group = todo[g:g + group_size]
+        launched = []
         t0 = time.time()
-        # A fresh Triton cache per server, so compiled variants can be counted.
-        cache_dir = Path(log_dir) / "triton_cache" / cfg.name
-        env = mode_env(cfg.mode)
-        env["TRITON_CACHE_DIR"] = str(cache_dir)
+        for i, cfg in group:
+            server, record, cache_dir = _launch(
+                cfg, i, target=target, draft=draft, log_dir=log_dir, max_total_tokens=max_total_tokens,
+                mem_fraction=mem_fraction, load_format=load_format, startup_timeout=startup_timeout,
+                shared_gpu=group_size > 1)
+            launched.append((cfg, server, record, cache_dir))
         try:
-            with ServerProcess(args, port=port, env=env, log_path=f"{log_dir}/{cfg.name}.log",
-                               startup_timeout=startup_timeout) as server:
-                record["startup_s"] = round(time.time() - t0, 1)
-                # A first pass over other prompts: JIT compiles of SGLang's per-batch-size
-                # kernels (and any of ours) belong to warm-up, not to the measurement.
-                if warmup_questions:
-                    run_benchmark(server.base_url, warmup_questions, parallel=parallel,
-                                  max_new_tokens=max_new_tokens, progress=False)
-                record["triton_variants_after_warmup"] = triton_variants(cache_dir)
-                bench = run_benchmark(server.base_url, questions, parallel=parallel,
-                                      max_new_tokens=max_new_tokens, progress=False)
-                record["summary"] = bench["summary"]
-                record["server"] = bench["server"]
-                record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
-                record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]
-                record["triton_variants_after_run"] = triton_variants(cache_dir)
-        except ServerStartError as exc:
-            record["error"] = str(exc)
-            record["log_tail"] = exc.log_tail
-        except Exception as exc:  # keep the suite going; the test on this config fails
-            record["error"] = f"{type(exc).__name__}: {exc}"
-        record["wall_s"] = round(time.time() - t0, 1)
-        results[cfg.name] = record
+            for cfg, server, record, cache_dir in launched:
+                try:
+                    server.start()
+                    if group_size > 1:
+                        time.sleep(2)  # stagger the CUDA context creations a little
+                except Exception as exc:
+                    record["error"] = f"{type(exc).__name__}: {exc}"
+            for cfg, server, record, cache_dir in launched:
+                if record.get("error"):
+                    continue
+                t1 = time.time()
+                try:
+                    server.wait_ready()
+                    record["startup_s"] = round(time.time() - t0, 1)
+                    _measure(server, cfg, record, cache_dir, questions=questions, warmup_questions=warmup_questions,
+                             parallel=parallel, max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
+                             parallel1_questions=parallel1_questions,
+                             profile_dir=profile_dir if cfg.name in profile else None)
+                except ServerStartError as exc:
+                    record["error"] = str(exc)
+                    record["log_tail"] = exc.log_tail
+                except Exception as exc:  # keep the suite going; the test on this config fails
+                    record["error"] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    server.stop()  # frees its GPU memory before the next is measured
+                record["wall_s"] = round(time.time() - t1, 1)
+                results[cfg.name] = record
+                out_path.parent.mkdir(parents=True, exist_ok=True)
+                out_path.write_text(json.dumps(results, indent=1))
+                s = record.get("summary") or {}
+                print(f"[e2e] {cfg.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
+                      f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
+        finally:
+            for cfg, server, record, cache_dir in launched:
+                server.stop()
+                if cfg.name not in results:  # start failed before measuring
+                    results[cfg.name] = record
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(json.dumps(results, indent=1))
-        s = record.get("summary") or {}
-        print(f"[e2e] {cfg.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
-              f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
     return results
 
 
-def agreement(reference: dict, other: dict) -> dict:
-    """Exact-match rate of greedy outputs on shared prompts, and the first divergence."""
-    keys = sorted(k for k in reference if k in other and reference[k] is not None and other[k] is not None)
+# A top-1/top-2 logprob gap at most this large is a tie that bf16 rounding can
+# flip: logits of magnitude 16-32 are spaced 0.125 apart in bf16.
+NEAR_TIE = 0.5
+
+
+def _comparable(reference: dict, other: dict) -> list:
+    # A second turn is built on the model's own first answer: it is the same prompt
+    # in both runs only if the first answers agree.
+    keys = []
+    for k in sorted(reference):
+        if k not in other or reference[k] is None or other[k] is None:
+            continue
+        qid, _, turn = k.rpartition("/")
+        prev = f"{qid}/{int(turn) - 1}" if turn.isdigit() and int(turn) > 1 else None
+        if prev is not None and (reference.get(prev) is None or reference.get(prev) != other.get(prev)):
+            continue
+        keys.append(k)
+    return keys
+
+
+def _divergence(ref_text: str, other_text: str, tokens: list | None) -> dict:
+    i = next((j for j in range(min(len(ref_text), len(other_text))) if ref_text[j] != other_text[j]),
+             min(len(ref_text), len(other_text)))
+    d = {"char": i, "reference": ref_text[max(0, i - 20):i + 40], "other": other_text[max(0, i - 20):i + 40]}
+    if tokens:
+        start = 0
+        for n, (text, margin, runner_up) in enumerate(tokens):
+            if start + len(text) > i:
+                d.update(token=n, margin=margin,
+                         runner_up_taken=bool(runner_up) and other_text[start:].startswith(runner_up))
+                break
+            start += len(text)
+    return d
+
+
+def agreement(reference: dict, other: dict, ref_tokens: dict | None = None) -> dict:
+    """Exact-match rate of greedy outputs on the same prompts, and where they diverge.
+
+    With ``ref_tokens`` (the reference run's per-token top-2 margins) every
+    divergence is located on a token of the reference and its margin reported:
+    a divergence on a near-tie is explained by numerics, one on a clear
+    winner is not.
+    """
+    keys = _comparable(reference, other)
     same = [k for k in keys if reference[k] == other[k]]
-    first = None
-    for k in keys:
-        a, b = reference[k], other[k]
-        if a != b:
-            i = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
-            first = {"prompt": k, "char": i, "reference": a[max(0, i - 20):i + 40], "other": b[max(0, i - 20):i + 40]}
-            break
-    return {"compared": len(keys), "exact": len(same), "rate": len(same) / len(keys) if keys else None,
-            "first_divergence": first}
+    divergences = [{"prompt": k, **_divergence(reference[k], other[k], (ref_tokens or {}).get(k))}
+                   for k in keys if reference[k] != other[k]]
+    margins = sorted(d["margin"] for d in divergences if d.get("margin") is not None)
+    return {
+        "compared": len(keys), "exact": len(same), "rate": len(same) / len(keys) if keys else None,
+        "first_divergence": divergences[0] if divergences else None,
+        "divergences": divergences,
+        "near_tie_share": (sum(m <= NEAR_TIE for m in margins) / len(margins)) if margins else None,
+        "margin_median": margins[len(margins) // 2] if margins else None,
+        "margin_max": margins[-1] if margins else None,
+        "runner_up_taken": sum(bool(d.get("runner_up_taken")) for d in divergences),
+    }
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="End-to-end sweep: one server per configuration, same workload.")
+    p.add_argument("--set", choices=["core", "extended", "large"], default="core")
+    p.add_argument("--only", help="comma-separated configuration names of the set")
+    p.add_argument("--backend", default="fa3")
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft", required=True)
+    p.add_argument("--load-format", help="e.g. dummy (random weights)")
+    p.add_argument("--out", required=True, help="directory: e2e.json, logs/, profiles/")
+    p.add_argument("--questions", type=int, default=80)
+    p.add_argument("--max-new", type=int, default=256)
+    p.add_argument("--parallel", type=int, default=16)
+    p.add_argument("--parallel1-questions", type=int, default=0, help="also measure parallel 1 on this many")
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--concurrency", type=int, default=1, help="servers started together")
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--max-total-tokens", type=int, default=131072)
+    p.add_argument("--mem-fraction", type=float, default=0.5)
+    p.add_argument("--profile", default="", help="comma-separated names to profile after measuring")
+    p.add_argument("--question-file")
+    a = p.parse_args(argv)
+    configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
+    if a.only:
+        wanted = a.only.split(",")
+        configs = [c for c in configs if c.name in wanted]
+    out = Path(a.out)
+    run_configs(configs, target=a.target, draft=a.draft, out_json=str(out / "e2e.json"), log_dir=str(out / "logs"),
+                num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
+                max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, load_format=a.load_format,
+                question_file=a.question_file, warmup=a.warmup, concurrency=a.concurrency,
+                ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
+                profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -113,11 +113,15 @@ class PromptBuilder:
 # --------------------------------------------------------------------------- client
 
 class Client:
-    def __init__(self, base_url: str, max_new_tokens: int = 256, timeout: float = 600.0, ignore_eos: bool = False):
+    def __init__(self, base_url: str, max_new_tokens: int = 256, timeout: float = 600.0, ignore_eos: bool = False,
+                 top_logprobs: int = 0):
         self.base_url = base_url.rstrip("/")
         self.max_new_tokens = max_new_tokens
         self.timeout = timeout
         self.ignore_eos = ignore_eos
+        # >= 2 asks for each output token's runner-up, so that a divergence between
+        # two runs can be shown to fall on a near-tie (numerics) or not.
+        self.top_logprobs = top_logprobs
         # requests.Session is not documented thread-safe: one per worker thread.
         self._local = threading.local()
 
@@ -133,8 +137,10 @@ class Client:
         sampling = {"temperature": 0.0, "max_new_tokens": self.max_new_tokens}
         if self.ignore_eos:
             sampling["ignore_eos"] = True
-        r = self._session().post(self.base_url + "/generate", json={**prompt, "sampling_params": sampling},
-                                 timeout=self.timeout)
+        body = {**prompt, "sampling_params": sampling}
+        if self.top_logprobs:
+            body.update(return_logprob=True, top_logprobs_num=self.top_logprobs, return_text_in_logprobs=True)
+        r = self._session().post(self.base_url + "/generate", json=body, timeout=self.timeout)
         r.raise_for_status()
         return r.json()
 
@@ -181,9 +187,28 @@ def run_question(client: Client, prompts: PromptBuilder, question: dict) -> list
             output=text,
         )
         rec["accept_length"] = acceptance_length(rec["completion_tokens"], rec["spec_verify_ct"])
+        tokens = token_margins(meta)
+        if tokens is not None:
+            rec["tokens"] = tokens
         records.append(rec)
         messages.append({"role": "assistant", "content": text})
     return records
+
+
+def token_margins(meta: dict) -> list | None:
+    """Per output token: [text, top-1 minus top-2 logprob, runner-up text], from SGLang's logprobs.
+
+    None when the server sent no top logprobs (the request did not ask for them).
+    """
+    chosen, top = meta.get("output_token_logprobs"), meta.get("output_top_logprobs")
+    if not chosen or not top or len(chosen) != len(top):
+        return None
+    out = []
+    for (_, _, text), alts in zip(chosen, top):
+        alts = sorted((a for a in (alts or []) if a and a[0] is not None), key=lambda a: -a[0])
+        margin = round(alts[0][0] - alts[1][0], 4) if len(alts) >= 2 else None
+        out.append([text or "", margin, (alts[1][2] or "") if len(alts) >= 2 else None])
+    return out
 
 
 def _progress(total: int, enabled: bool):
@@ -326,8 +351,10 @@ def run_benchmark(
     ignore_eos: bool = False,
     request_timeout: float = 600.0,
     extra_metadata: dict | None = None,
+    top_logprobs: int = 0,
 ) -> dict:
-    client = Client(base_url, max_new_tokens=max_new_tokens, timeout=request_timeout, ignore_eos=ignore_eos)
+    client = Client(base_url, max_new_tokens=max_new_tokens, timeout=request_timeout, ignore_eos=ignore_eos,
+                    top_logprobs=top_logprobs)
     prompts = PromptBuilder(tokenizer)
     info = client.server_info()
     records: list[dict] = []

@@ -4,7 +4,8 @@
 
 One server per configuration, all on the same MT-bench prompts, greedy. Results
 (acceptance, throughput, every output) go to $E2E_OUT/e2e.json for the report.
-E2E_SET picks the configurations: "core" (default) or "extended" (adds more).
+E2E_SET picks the configurations: "core" (default) or "extended" (adds more);
+E2E_CONCURRENCY starts that many servers together; E2E_PROFILE names configurations to profile.
 """
 
 import json
@@ -19,37 +20,38 @@ REPLAY = os.environ.get("E2E_REPLAY")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from sglang_eagle_paged.bench.e2e import RunConfig, agreement, run_configs  # noqa: E402
+from sglang_eagle_paged.bench.e2e import agreement, run_configs  # noqa: E402
+from sglang_eagle_paged.bench.e2e import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
 BACKEND = os.environ.get("E2E_BACKEND", "fa3")
-
-CORE = [
-    RunConfig("nospec_p1", algorithm=None, page_size=1, backend=BACKEND),
-    RunConfig("on_p1", page_size=1, backend=BACKEND),
-    RunConfig("on_p64", page_size=64, backend=BACKEND),
-    RunConfig("fake_p64", mode="fake", page_size=64, backend=BACKEND),
-    RunConfig("off_p64", mode="off", page_size=64, backend=BACKEND),
-]
-EXTENDED = [
-    RunConfig("on_p16_k4", page_size=16, topk=4, num_draft_tokens=16, backend=BACKEND),
-    RunConfig("on_p1_k4", page_size=1, topk=4, num_draft_tokens=16, backend=BACKEND),
-    RunConfig("on_p128", page_size=128, backend=BACKEND),
-    RunConfig("on_p64_nograph", page_size=64, backend=BACKEND, cuda_graph=False),
-    RunConfig("triton_on_p64", page_size=64, backend="triton"),
-    RunConfig("triton_on_p1", page_size=1, backend="triton"),
-    RunConfig("oracle_on_p1", page_size=1, algorithm="STANDALONE", draft="target", topk=4, steps=3,
-              num_draft_tokens=16, backend=BACKEND),
-    RunConfig("oracle_on_p64", page_size=64, algorithm="STANDALONE", draft="target", topk=4, steps=3,
-              num_draft_tokens=16, backend=BACKEND),
-    RunConfig("oracle_fake_p64", mode="fake", page_size=64, algorithm="STANDALONE", draft="target", topk=4,
-              steps=3, num_draft_tokens=16, backend=BACKEND),
-]
-CONFIGS = CORE + (EXTENDED if os.environ.get("E2E_SET") == "extended" else [])
+CONFIGS = _testbed_sets(BACKEND)[os.environ.get("E2E_SET", "core")]
+NAMES = {c.name for c in CONFIGS}
 
 # Acceptance at page N may differ from page 1 only by the run-to-run noise of
 # batched greedy decoding (batch composition changes kernel reduction order).
 PARITY_TOL = float(os.environ.get("E2E_PARITY_TOL", "0.03"))
+# Divergences from the non-speculative run that must fall on near-ties (fixed
+# before the 2026-11-30 second run, not fitted to it).
+NEAR_TIE_SHARE = 0.8
+
+# (ours, SGLang's built-in, our page-1 baseline, fake) at the same page size and topk
+SIDE_BY_SIDE = [
+    ("on_p64", "off_p64", "on_p1", "fake_p64"),
+    ("on_p16", "off_p16", "on_p1", "fake_p16"),
+    ("on_p128", "off_p128", "on_p1", "fake_p128"),
+    ("on_p64_k4", "off_p64_k4", "on_p1_k4", "fake_p64_k4"),
+    ("oracle_on_p64", None, "oracle_on_p1", "oracle_fake_p64"),
+]
+PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
+    ("on_p16_k4", "on_p1_k4"), ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"),
+]
+
+
+def _need(*names):
+    missing = [n for n in names if n not in NAMES]
+    if missing:
+        pytest.skip(f"not in E2E_SET: {missing}")
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +71,9 @@ def results():
         num_questions=int(os.environ.get("E2E_QUESTIONS", "80")),
         max_new_tokens=int(os.environ.get("E2E_MAX_NEW", "256")),
         question_file=os.environ.get("E2E_QUESTION_FILE"),
+        concurrency=int(os.environ.get("E2E_CONCURRENCY", "1")),
+        profile=[n for n in os.environ.get("E2E_PROFILE", "").split(",") if n],
+        profile_dir=str(out / "profiles"),
     )
 
 
@@ -86,9 +91,10 @@ def test_server_serves(results, name):
     assert rec["summary"]["num_errors"] == 0, rec.get("errors")
 
 
-@pytest.mark.parametrize("ours,builtin", [("on_p64", "off_p64")])
+@pytest.mark.parametrize("ours,builtin", [(o, b) for o, b, _, _ in SIDE_BY_SIDE if b])
 def test_greedy_output_identical_to_sglang_builtin(results, ours, builtin):
     """Same page size, same prompts: our duplication must give SGLang's own outputs."""
+    _need(ours, builtin)
     _acc(results, ours)
     _acc(results, builtin)
     agree = agreement(results[builtin]["outputs"], results[ours]["outputs"])
@@ -96,60 +102,63 @@ def test_greedy_output_identical_to_sglang_builtin(results, ours, builtin):
     assert agree["rate"] >= 0.95
 
 
-@pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.algorithm and c.mode == "on" and c.draft == "draft"])
+@pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.algorithm and c.mode != "fake"])
 def test_greedy_agreement_with_non_speculative(results, name):
-    """Greedy output with speculation vs without, reported; never worse than SGLang's built-in.
+    """Greedy output with speculation vs without: reported, and every divergence explained.
 
-    Not asserted near 1.0: verify and plain decode run different attention kernels and
-    batch shapes, and the small testbed model has many near-ties in its logits, so a tie
-    broken differently changes the rest of an output (measured: SGLang's own built-in
-    agrees on 7/96 outputs with this model, ours on the same 7/96 at page 64).
+    Verify and plain decode run different attention kernels and batch shapes, and
+    the small testbed model has many near-ties, so a tie broken differently changes
+    the rest of an output (first run, 2026-11-30: SGLang's built-in agreed on 7/96
+    outputs, ours on the same 7/96). A divergence is explained by numerics when the
+    non-speculative run's top-2 logprob gap at the diverging token is a near-tie;
+    corrupted KV would diverge on clear winners too.
     """
     _acc(results, "nospec_p1")
     _acc(results, name)
-    agree = agreement(results["nospec_p1"]["outputs"], results[name]["outputs"])
-    results[name]["agreement_with_nospec"] = agree
-    print(f"{name}: {agree['exact']}/{agree['compared']} outputs identical to non-speculative; first divergence {agree['first_divergence']}")
-    if "off_p64" in results and not results["off_p64"].get("error"):
-        builtin = agreement(results["nospec_p1"]["outputs"], results["off_p64"]["outputs"])
+    ref = results["nospec_p1"]
+    agree = agreement(ref["outputs"], results[name]["outputs"], ref.get("tokens"))
+    results[name]["agreement_with_nospec"] = {k: v for k, v in agree.items() if k != "divergences"}
+    print(f"{name}: {agree['exact']}/{agree['compared']} identical to non-speculative; near-tie share "
+          f"{agree['near_tie_share']} (median margin {agree['margin_median']}, max {agree['margin_max']}, "
+          f"runner-up taken {agree['runner_up_taken']}/{len(agree['divergences'])}); first {agree['first_divergence']}")
+    if agree["near_tie_share"] is not None:
+        assert agree["near_tie_share"] >= NEAR_TIE_SHARE
+    if "off_p64" in results and not results["off_p64"].get("error") and name != "off_p64":
+        builtin = agreement(ref["outputs"], results["off_p64"]["outputs"])
         assert agree["rate"] >= builtin["rate"] - 0.05
 
 
-@pytest.mark.parametrize("page_name,page1_name", [
-    ("on_p64", "on_p1"), ("on_p128", "on_p1"), ("on_p16_k4", "on_p1_k4"),
-    ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"), ("oracle_on_p64", "oracle_on_p1"),
-])
+@pytest.mark.parametrize("page_name,page1_name", PAGE_N_VS_PAGE_1)
 def test_acceptance_at_page_n_equals_page_1(results, page_name, page1_name):
-    if page_name not in results or page1_name not in results:
-        pytest.skip("configuration not in this E2E_SET")
+    _need(page_name, page1_name)
     a_n, a_1 = _acc(results, page_name), _acc(results, page1_name)
     print(f"acceptance {page_name}={a_n:.3f} {page1_name}={a_1:.3f}")
     assert abs(a_n - a_1) <= PARITY_TOL * a_1
 
 
-@pytest.mark.parametrize("fake_name,on_name", [("fake_p64", "on_p64"), ("oracle_fake_p64", "oracle_on_p64")])
-def test_fake_mode_lowers_acceptance(results, fake_name, on_name):
+@pytest.mark.parametrize("on_name,page1,fake_name", [(o, p1, f) for o, _, p1, f in SIDE_BY_SIDE])
+def test_fake_mode_lowers_acceptance(results, on_name, page1, fake_name):
     """Index-only assignment drafts on garbage KV under a page-table backend."""
-    if fake_name not in results:
-        pytest.skip("configuration not in this E2E_SET")
+    _need(on_name, page1, fake_name)
     a_fake, a_on = _acc(results, fake_name), _acc(results, on_name)
-    page1 = on_name.replace("p64", "p1")
-    # The drop must stand out of the noise, measured as the page-64 vs page-1 gap of
+    # The drop must stand out of the noise, measured as the page-N vs page-1 gap of
     # the same (correct) configuration, with a floor of 0.5%.
-    noise = abs(a_on - _acc(results, page1)) if page1 in results else 0.0
+    noise = abs(a_on - _acc(results, page1))
     margin = max(2 * noise, 0.005 * a_on)
     print(f"acceptance {fake_name}={a_fake:.3f} {on_name}={a_on:.3f} margin={margin:.4f}")
     assert a_fake < a_on - margin
 
 
-def test_ours_matches_sglang_builtin(results):
+@pytest.mark.parametrize("ours,builtin", [(o, b) for o, b, _, _ in SIDE_BY_SIDE if b])
+def test_ours_matches_sglang_builtin(results, ours, builtin):
     """Side by side with SGLang's own duplication (mode off): same acceptance."""
-    a_ours, a_up = _acc(results, "on_p64"), _acc(results, "off_p64")
-    print(f"acceptance ours={a_ours:.3f} sglang built-in={a_up:.3f}")
+    _need(ours, builtin)
+    a_ours, a_up = _acc(results, ours), _acc(results, builtin)
+    print(f"acceptance {ours}={a_ours:.3f} sglang built-in {builtin}={a_up:.3f}")
     assert a_ours >= a_up * (1 - PARITY_TOL)
 
 
-@pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.mode == "on" and c.algorithm and c.page_size > 1])
+@pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.mode == "on" and c.algorithm and c.page_size > 1 and c.topk > 1])
 def test_no_new_kernel_variants_after_warm_up(results, name):
     """Our kernels compile at worker start-up; new prompts and batch mixes add no variant."""
     _acc(results, name)
