@@ -63,6 +63,7 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=float, default=None,
                    help="stop after this many seconds (the summary reports the steps done)")
     p.add_argument("--debug-pool", action="store_true", help="SGLANG_DEBUG_MEMORY_POOL=1")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--check-every", type=int, default=1,
                    help="run the KV / branch checks every N steps (free-page checks run every step)")
     return p.parse_args(argv)
@@ -73,7 +74,9 @@ def _setup(args):
         os.environ["SGLANG_DEBUG_MEMORY_POOL"] = "1"
     import torch
 
-    if not torch.cuda.is_available():
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first Triton import
     standins = ROOT / "scripts" / "cpu_standins"
     if standins.is_dir() and str(standins) not in sys.path:
@@ -104,7 +107,7 @@ class Pool:
         width = args.max_prompt + args.max_new + 2 * page * 8 + 4 * page
         self.h = PagedTreeHarness(page, 2, 1, num_tokens=args.num_tokens, head_num=1, head_dim=8,
                                   layer_num=1, max_reqs=args.max_live + 2, max_context_len=width,
-                                  seed=seed)
+                                  device=args.device, seed=seed)
         self.target = {}  # row -> final length
         self.baseline = self.free_set()
         self.num_pages = self.h.allocator.size // page
@@ -130,10 +133,11 @@ class Pool:
         torch, h = self.torch, self.h
         a = h.allocator
         r2t = h.req_to_token_pool.req_to_token
+        dev = h.device
         prefix = torch.tensor([len(h.requests[r]) for r in rows], dtype=torch.int64)
         new = prefix + torch.tensor(accepted, dtype=torch.int64)
-        last_loc = torch.tensor([int(r2t[r, len(h.requests[r]) - 1]) for r in rows], dtype=torch.int64)
-        out = a.alloc_extend(prefix, prefix.clone(), new, new.clone(), last_loc, int((new - prefix).sum()))
+        last_loc = torch.tensor([int(h.requests[r][-1]) for r in rows], dtype=torch.int64)
+        out = a.alloc_extend(prefix.to(dev), prefix, new.to(dev), new, last_loc.to(dev), int((new - prefix).sum()))
         if out is None:
             return False
         start = 0
@@ -143,7 +147,7 @@ class Pool:
             r2t[r, p:n] = slots.to(torch.int32)
             for buf in h.kv_pool.k_buffer + h.kv_pool.v_buffer:
                 noise = torch.randint(0, 256, (n - p, buf[0].numel() * buf.element_size()),
-                                      generator=h.gen, dtype=torch.uint8)
+                                      generator=h.gen, dtype=torch.uint8, device=dev)
                 buf.view(torch.uint8).view(buf.shape[0], -1)[slots] = noise
             h.requests[r] = torch.cat([h.requests[r], slots.cpu()])
         return True
@@ -265,10 +269,10 @@ def run(args):
             assert not bool(torch.isin(draft_slots, prefix_slots).any()), f"{where}: draft slot on a prefix"
             assert not bool((draft_slots == 0).any()), f"{where}: draft slot 0"
             ext = extend_lens(torch.tensor(lens), page, topk, steps).tolist()
-            ext_slots = torch.cat([r2t[r, n:n + e].long() for r, n, e in zip(rows, lens, ext)])
+            ext_slots = torch.cat([r2t[r, n:n + e].long() for r, n, e in zip(rows, lens, ext)]).cpu()
             for i, b in enumerate(h.kv_pool.k_buffer + h.kv_pool.v_buffer):
                 now = b.view(torch.uint8).view(b.shape[0], -1)
-                changed = (now != kv_before[i]).any(dim=1).nonzero().flatten()
+                changed = (now != kv_before[i]).any(dim=1).nonzero().flatten().cpu()
                 assert not bool((changed == 0).any()), f"{where}: KV slot 0 written (buffer {i})"
                 bad = changed[torch.isin(changed, prefix_slots)]
                 assert bad.numel() == 0, f"{where}: prefix KV slots {bad.tolist()[:8]} changed (buffer {i})"
@@ -310,7 +314,7 @@ def run(args):
 
     summary = dict(ok=True, steps=steps_done, steps_requested=args.steps, seed=args.seed, seconds=round(time.perf_counter() - t0, 1),
                    page_sizes=pages, topk=[tk_lo, tk_hi], num_steps=[st_lo, st_hi],
-                   debug_pool=bool(args.debug_pool),
+                   debug_pool=bool(args.debug_pool), device=args.device,
                    debug_mode_active=all(bool(p.h.allocator.debug_mode) for p in pools),
                    free_pages_baseline=[len(p.baseline) for p in pools],
                    free_pages_end=[len(p.free_set()) for p in pools], **stats)
