@@ -88,9 +88,10 @@ def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeyp
                           log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                           warmup=1, concurrency=3, parallel1_questions=1)
     ev = FakeServer.events
-    # group 1: three starts before any wait; each stopped before the next one's measurement
-    assert ev[:3] == [("start", "on_p1"), ("start", "on_p16"), ("start", "on_p64")]
-    assert ev.index(("stop", "on_p1")) < ev.index(("ready", "on_p16"))
+    # group 1: three starts, then all three ready before any is measured (and stopped)
+    assert ev[:6] == [("start", "on_p1"), ("start", "on_p16"), ("start", "on_p64"),
+                      ("ready", "on_p1"), ("ready", "on_p16"), ("ready", "on_p64")]
+    assert ev.index(("stop", "on_p1")) < ev.index(("stop", "on_p16")) < ev.index(("stop", "on_p64"))
     assert ev.index(("stop", "on_p64")) < ev.index(("start", "triton_on_p64"))
     assert all("--sleep-on-idle" in s.args for s in FakeServer.started)
     assert FakeServer.started[3].env.get("SGLANG_EAGLE_PAGED_ALLOW_TRITON") == "1"

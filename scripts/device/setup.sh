@@ -5,7 +5,9 @@
 set -uo pipefail
 LOG=${1:-/dev/stdout}
 T0=$(date +%s)
-bash .devbundle/install.sh .devbundle >> "$LOG" 2>&1 || { echo "install.sh failed"; tail -40 "$LOG"; exit 1; }
+if ls .devbundle/core.tar .devbundle/fa3.part* >/dev/null 2>&1 || [ ! -f /tmp/site/.devbundle/env.sh ]; then
+  bash .devbundle/install.sh .devbundle >> "$LOG" 2>&1 || { echo "install.sh failed"; tail -40 "$LOG"; exit 1; }
+fi  # else: a later call on a warm machine, the bundle is installed already
 source /tmp/site/.devbundle/env.sh
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .devbundle/extra/*.whl .whl/*.whl >> "$LOG" 2>&1 \
   || { echo "pip install of extra wheels failed"; tail -20 "$LOG"; exit 1; }

@@ -157,14 +157,13 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
         drive = lambda: run_benchmark(server.base_url, questions[:parallel], parallel=parallel, **bench_kw)  # noqa: E731
         trace = profile.capture(server.base_url, str(out), num_steps=PROFILE_STEPS, drive=drive)
         if trace is not None:
-            summary = profile.summarize_trace(trace)
-            summary["steps"] = PROFILE_STEPS
-            record["profile"] = summary
+            record["profile"] = profile.summarize_trace(trace)  # counts its whole steps itself
 
 
 # Forward steps the profiler records per profiled server: enough to average over
-# draft/verify/extend cycles, few enough to keep the trace small.
-PROFILE_STEPS = 30
+# draft/verify/extend cycles, few enough to keep the trace small (SGLang's trace
+# holds one step fewer whole).
+PROFILE_STEPS = 31
 
 
 def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens, mem_fraction, load_format,
@@ -222,27 +221,36 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 try:
                     server.start()
                     if group_size > 1:
-                        time.sleep(2)  # stagger the CUDA context creations a little
+                        time.sleep(1)  # stagger the CUDA context creations a little
                 except Exception as exc:
                     record["error"] = f"{type(exc).__name__}: {exc}"
+            # Every server of the group is up before any is measured: none may still be
+            # capturing CUDA graphs on the GPU while another one is timed.
             for cfg, server, record, cache_dir in launched:
                 if record.get("error"):
                     continue
-                t1 = time.time()
                 try:
                     server.wait_ready()
                     record["startup_s"] = round(time.time() - t0, 1)
-                    _measure(server, cfg, record, cache_dir, questions=questions, warmup_questions=warmup_questions,
-                             parallel=parallel, max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
-                             parallel1_questions=parallel1_questions,
-                             profile_dir=profile_dir if cfg.name in profile else None)
                 except ServerStartError as exc:
                     record["error"] = str(exc)
                     record["log_tail"] = exc.log_tail
-                except Exception as exc:  # keep the suite going; the test on this config fails
+                    server.stop()
+                except Exception as exc:
                     record["error"] = f"{type(exc).__name__}: {exc}"
-                finally:
-                    server.stop()  # frees its GPU memory before the next is measured
+                    server.stop()
+            for cfg, server, record, cache_dir in launched:
+                t1 = time.time()
+                if not record.get("error"):
+                    try:
+                        _measure(server, cfg, record, cache_dir, questions=questions,
+                                 warmup_questions=warmup_questions, parallel=parallel,
+                                 max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
+                                 parallel1_questions=parallel1_questions,
+                                 profile_dir=profile_dir if cfg.name in profile else None)
+                    except Exception as exc:  # keep the suite going; the test on this config fails
+                        record["error"] = f"{type(exc).__name__}: {exc}"
+                server.stop()  # frees its GPU memory before the next is measured
                 record["wall_s"] = round(time.time() - t1, 1)
                 results[cfg.name] = record
                 out_path.parent.mkdir(parents=True, exist_ok=True)

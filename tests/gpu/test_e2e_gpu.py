@@ -71,6 +71,7 @@ def results():
         num_questions=int(os.environ.get("E2E_QUESTIONS", "80")),
         max_new_tokens=int(os.environ.get("E2E_MAX_NEW", "256")),
         question_file=os.environ.get("E2E_QUESTION_FILE"),
+        warmup=int(os.environ.get("E2E_WARMUP", "16")),
         concurrency=int(os.environ.get("E2E_CONCURRENCY", "1")),
         profile=[n for n in os.environ.get("E2E_PROFILE", "").split(",") if n],
         profile_dir=str(out / "profiles"),
