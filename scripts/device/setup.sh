@@ -9,7 +9,8 @@ if ls .devbundle/core.tar .devbundle/fa3.part* >/dev/null 2>&1 || [ ! -f /tmp/si
   bash .devbundle/install.sh .devbundle >> "$LOG" 2>&1 || { echo "install.sh failed"; tail -40 "$LOG"; exit 1; }
 fi  # else: a later call on a warm machine, the bundle is installed already
 source /tmp/site/.devbundle/env.sh
-python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .devbundle/extra/*.whl .whl/*.whl >> "$LOG" 2>&1 \
+WHEELS=$(ls .devbundle/extra/*.whl .whl/*.whl 2>/dev/null)  # whichever this call carried
+[ -z "$WHEELS" ] || python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site $WHEELS >> "$LOG" 2>&1 \
   || { echo "pip install of extra wheels failed"; tail -20 "$LOG"; exit 1; }
 if [ -f .devbundle/flashinfer-jit-cache.tar.xz ] && [ ! -d ~/.cache/flashinfer ]; then
   mkdir -p ~/.cache && xz -dc .devbundle/flashinfer-jit-cache.tar.xz | tar xf - -C ~/.cache
