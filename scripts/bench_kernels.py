@@ -3,6 +3,12 @@
 Writes JSON, a Markdown table and a plot to --out. Meant for a GPU; on a CPU it
 runs a tiny sweep under the Triton interpreter (timings there mean nothing).
 
+Each kernel gets three times per call, because for kernels of a few microseconds
+the Python/Triton launch cost, not the GPU, bounds back-to-back calls:
+  device: GPU time, from replaying a CUDA graph of the calls (no launch cost);
+  wall:   back-to-back calls with the GPU drained before and after;
+  host:   time to enqueue one call on an idle GPU.
+
   python scripts/bench_kernels.py --out bench/results/kernels
 """
 
@@ -23,6 +29,53 @@ if DEV == "cpu":
 def sync():
     if DEV == "cuda":
         torch.cuda.synchronize()
+
+
+# Why a graph capture failed, by label; written to the JSON next to the None it left.
+CAPTURE_FAILURES = {}
+
+# Device work one measurement may spend: SGLang's copy takes ~0.3 s a call at the
+# largest shapes, where 50 calls would dominate the whole sweep.
+BUDGET_US = 200_000
+
+
+def graph_us(fn, reps=20, replays=5, label=None):
+    """GPU time per call (us): reps calls captured in one CUDA graph, replays timed with events.
+
+    A replay launches every captured kernel from one host call, so this leaves out
+    launch cost. None on CPU, or when fn cannot be captured (a sync, a host read);
+    the reason goes to CAPTURE_FAILURES[label].
+    """
+    if DEV != "cuda":
+        return None
+    try:
+        # Warm-up on a side stream, as capture requires: compiles Triton kernels and
+        # lets the caching allocator settle outside the graph.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                fn()
+        graph.replay()  # first replay uploads the graph
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / (replays * reps)
+    except Exception as e:  # noqa: BLE001 - any capture failure means "not capturable"
+        # capture_end's own error hides the one that broke the capture: report the first.
+        while e.__context__ is not None:
+            e = e.__context__
+        CAPTURE_FAILURES[label or repr(fn)] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
+        torch.cuda.synchronize()
+        return None
 
 
 def gpu_us(fn, reps=50):
@@ -70,6 +123,25 @@ def count_syncs(fn) -> int:
     return sum("synchroniz" in str(w.message).lower() for w in caught)
 
 
+def measure(fn, label, reps=50):
+    """Device, wall and host time per call of fn (us), as the module docstring defines them.
+
+    Slow fn get fewer reps (at least 3) so a row costs about BUDGET_US. The graph goes
+    last: a capture that fails part-way must not disturb the other two timings.
+    """
+    n = max(3, min(reps, int(BUDGET_US / max(gpu_us(fn, 1), 1e-3))))
+    res = dict(wall_us=round(gpu_us(fn, n), 2), host_us=round(host_us(fn, n), 2))
+    device = graph_us(fn, min(n, 20), label=label)
+    res["device_us"] = None if device is None else round(device, 2)
+    if device is None:
+        res["device_na"] = "cpu" if DEV != "cuda" else ("syncs" if count_syncs(fn) > 0 else "capture failed")
+    return res
+
+
+def prefixed(prefix, times):
+    return {f"{prefix}_{k}": v for k, v in times.items()}
+
+
 def realistic_pairs(bs, page, topk, slots, gen):
     """Pairs as the assignment kernel lays them out: capacity-padded, and the exact list."""
     from sglang_eagle_paged.kernels.layout import pair_capacity
@@ -110,20 +182,25 @@ def bench_copy(shapes, layer_counts, heads, head_dim, slots, gen):
             if n == 0:
                 continue
             moved = 2 * 2 * layers * n * row_bytes  # K and V, read + write
-            t_up = gpu_us(lambda: pool.move_kv_cache(tgt, src))
-            t_ours = gpu_us(lambda: duplicate_kv_pairs(table, tgt_pad, src_pad))
-            t_ours_exact = gpu_us(lambda: duplicate_kv_pairs(table, tgt, src))
 
             def torch_index():
                 for buf in pool.k_buffer + pool.v_buffer:
                     buf[tgt] = buf[src]
 
-            t_idx = gpu_us(torch_index)
-            rows.append(dict(layers=layers, bs=bs, page=page, topk=topk, pairs=n, capacity=src_pad.numel(),
-                             upstream_us=round(t_up, 2), ours_us=round(t_ours, 2), ours_exact_us=round(t_ours_exact, 2),
-                             torch_index_us=round(t_idx, 2), speedup=round(t_up / t_ours, 1),
-                             ours_GBps=round(moved / t_ours / 1e3, 1), upstream_GBps=round(moved / t_up / 1e3, 1)))
-            print(json.dumps(rows[-1]), flush=True)
+            row = dict(layers=layers, bs=bs, page=page, topk=topk, pairs=n, capacity=src_pad.numel())
+            for name, fn in (("upstream", lambda: pool.move_kv_cache(tgt, src)),
+                             ("ours", lambda: duplicate_kv_pairs(table, tgt_pad, src_pad)),
+                             ("ours_exact", lambda: duplicate_kv_pairs(table, tgt, src)),
+                             ("torch_index", torch_index)):
+                row.update(prefixed(name, measure(fn, f"copy L{layers} bs{bs} p{page} k{topk} {name}")))
+            # Bandwidth and speedup from GPU time when both sides have it; wall time
+            # would mostly compare launch costs at small shapes.
+            basis = "device" if row["ours_device_us"] and row["upstream_device_us"] else "wall"
+            t_up, t_ours = row[f"upstream_{basis}_us"], row[f"ours_{basis}_us"]
+            row.update(basis=basis, speedup=round(t_up / t_ours, 1),
+                       ours_GBps=round(moved / t_ours / 1e3, 1), upstream_GBps=round(moved / t_up / 1e3, 1))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
         del pool
     return rows
 
@@ -149,24 +226,37 @@ def bench_assign(bs_list, page, topk, steps, gen):
             return seq, ext, alloc
 
         seq, ext, alloc = inputs(0)
-        t_ours = gpu_us(lambda: assign_tree_draft_slots(rpi, r2t, seq, alloc, page, topk, steps))
+        # As the worker calls it: three output tensors allocated per call ...
+        ours = lambda: assign_tree_draft_slots(rpi, r2t, seq, alloc, page, topk, steps)
+        # ... and into buffers kept across steps, which leaves only the launch.
+        layout = ours()
+        ours_out = lambda: assign_tree_draft_slots(rpi, r2t, seq, alloc, page, topk, steps, out=layout)
         new_len_ms = [round(first_call_ms(lambda s=s: assign_tree_draft_slots(rpi, r2t, *inputs(s)[::2], page, topk, steps)), 3)
                       for s in (1, 2, 3)]
 
-        def upstream(seq, ext, alloc):
+        def upstream_args(seq, ext, alloc):
+            """The kernel's inputs as SGLang's preprocess computes them; int() syncs."""
             last = seq % page
             dup = int(last.sum()) * (topk - 1)
             s = torch.empty(max(dup, 1), dtype=torch.int32, device=DEV)
-            t = torch.empty_like(s)
-            assign_draft_cache_locs[(bs,)](rpi, r2t, seq, ext, num_new_pages_per_branch(seq, page, steps), alloc.clone(),
-                                           s, t, torch.cumsum(last, 0), dup, pool_len, topk, steps, page,
-                                           next_power_of_2(bs), next_power_of_2(steps + page))
+            return (rpi, r2t, seq, ext, num_new_pages_per_branch(seq, page, steps), alloc.clone(), s, torch.empty_like(s),
+                    torch.cumsum(last, 0), dup, pool_len, topk, steps, page, next_power_of_2(bs), next_power_of_2(steps + page))
 
-        t_up = gpu_us(lambda: upstream(seq, ext, alloc))
-        up_new_len_ms = [round(first_call_ms(lambda s=s: upstream(*inputs(s))), 3) for s in (11, 12, 13)]
-        rows.append(dict(bs=bs, page=page, topk=topk, steps=steps, ours_us=round(t_ours, 2), upstream_us=round(t_up, 2),
-                         ours_new_copy_len_ms=new_len_ms, upstream_new_copy_len_ms=up_new_len_ms))
-        print(json.dumps(rows[-1]), flush=True)
+        def upstream(seq, ext, alloc):
+            assign_draft_cache_locs[(bs,)](*upstream_args(seq, ext, alloc))
+
+        # The launch alone, inputs built once: the part of SGLang's step a graph can hold.
+        # Replays rewrite its out_cache_loc in place; that changes values, not the work.
+        args = upstream_args(seq, ext, alloc)
+        upstream_kernel = lambda: assign_draft_cache_locs[(bs,)](*args)
+        row = dict(bs=bs, page=page, topk=topk, steps=steps)
+        for name, fn in (("ours", ours), ("ours_out", ours_out), ("upstream_kernel", upstream_kernel),
+                         ("upstream", lambda: upstream(seq, ext, alloc))):
+            row.update(prefixed(name, measure(fn, f"assign bs{bs} {name}")))
+        row["ours_new_copy_len_ms"] = new_len_ms
+        row["upstream_new_copy_len_ms"] = [round(first_call_ms(lambda s=s: upstream(*inputs(s))), 3) for s in (11, 12, 13)]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -197,9 +287,8 @@ def bench_preprocess(shapes, steps, gen):
         row = dict(bs=bs, page=page, topk=topk, steps=steps)
         for name, fn in (("ours", ours), ("upstream", theirs)):
             fn()
-            row[f"{name}_gpu_us"] = round(gpu_us(fn, 20), 1)
-            row[f"{name}_host_us"] = round(host_us(fn, 20), 1)
             row[f"{name}_syncs"] = count_syncs(fn)
+            row.update(prefixed(name, measure(fn, f"preprocess bs{bs} p{page} k{topk} {name}", 20)))
         rows.append(row)
         print(json.dumps(row), flush=True)
         del h
@@ -220,27 +309,76 @@ def launch_overhead_us():
     return round(gpu_us(lambda: e.add_(1), 200), 2)
 
 
+def empty_triton_launch():
+    """fn that launches a Triton kernel doing nothing: the floor under any one-kernel op."""
+    import triton
+
+    @triton.jit
+    def _empty(x_ptr):
+        pass
+
+    x = torch.empty(1, device=DEV)
+    return lambda: _empty[(1,)](x)
+
+
+def timing_cells(r, p) -> str:
+    """'device | wall | host' cells of implementation p in row r."""
+    device = r[f"{p}_device_us"]
+    if device is None:
+        device = f"n/a ({r.get(f'{p}_device_na', 'not measured')})"
+    return f"{device} | {r[f'{p}_wall_us']} | {r[f'{p}_host_us']}"
+
+
+TIMING_HEAD = "device us (graph) | wall us (back-to-back) | host us (enqueue)"
+
+
 def markdown(res) -> str:
     out = [f"# Kernel benchmarks ({res['device']}, {res['date']})", "",
            f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}. "
-           f"D2D copy: {res['d2d_GBps']} GB/s (read+write); empty launch: {res['launch_us']} us.", "",
+           f"D2D copy: {res['d2d_GBps']} GB/s (read+write); empty torch launch (`add_`, wall back-to-back): "
+           f"{res['launch_us']} us.", "",
+           "Times are per call. **device**: GPU time, from timing replays of a CUDA graph holding the calls, so no "
+           "launch cost. **wall**: calls back to back with the GPU drained before and after; for small kernels the "
+           "Python/Triton launch cost, not the GPU, bounds it. **host**: time to enqueue one call on an idle GPU. "
+           "n/a (syncs): the call waits on the GPU, so it cannot be put in a graph.", "",
            "## Duplication (move_kv_cache vs ours, same pairs)", "",
-           "| layers | bs | page | topk | pairs | SGLang us | ours us (padded) | ours us (exact) | torch index us | speedup | ours GB/s |",
+           f"| layers | bs | page | topk | pairs | implementation | {TIMING_HEAD} | vs SGLang | GB/s |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    names = dict(upstream="SGLang move_kv_cache", ours="ours (capacity-padded)", ours_exact="ours (exact pairs)",
+                 torch_index="torch indexing")
     for r in res["copy"]:
-        out.append(f"| {r['layers']} | {r['bs']} | {r['page']} | {r['topk']} | {r['pairs']} | {r['upstream_us']} | {r['ours_us']} | "
-                   f"{r['ours_exact_us']} | {r['torch_index_us']} | {r['speedup']}x | {r['ours_GBps']} |")
-    out += ["", "## Assignment kernel", "", "| bs | page | topk | steps | SGLang us | ours us | SGLang new copy length (ms) | ours new copy length (ms) |",
-            "|---|---|---|---|---|---|---|---|"]
+        shape = f"| {r['layers']} | {r['bs']} | {r['page']} | {r['topk']} | {r['pairs']}"
+        for p, name in names.items():
+            extra = {"upstream": f" | | {r['upstream_GBps']}", "ours": f" | {r['speedup']}x | {r['ours_GBps']}"}.get(p, " | |")
+            out.append(f"{shape} | {name} | {timing_cells(r, p)}{extra} |")
+    bases = {r["basis"] for r in res["copy"]}
+    basis = next(iter(bases)) if len(bases) == 1 else "device where both sides have it, else wall"
+    out += ["", f"Speedup and GB/s are from {basis} time.", "", "## Assignment kernel", "",
+            f"| bs | page | topk | steps | what | {TIMING_HEAD} |", "|---|---|---|---|---|---|---|---|"]
+    names = dict(ours="ours, outputs allocated per call", ours_out="ours, preallocated `out=`",
+                 upstream_kernel="SGLang assign_draft_cache_locs, launch only",
+                 upstream="SGLang assign_draft_cache_locs with its input prep")
     for r in res["assign"]:
-        out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {r['steps']} | {r['upstream_us']} | {r['ours_us']} | "
-                   f"{r['upstream_new_copy_len_ms']} | {r['ours_new_copy_len_ms']} |")
-    out += ["", "## _draft_preprocess_decode", "", "| bs | page | topk | SGLang GPU us | ours GPU us | SGLang host us | ours host us | SGLang syncs | ours syncs |",
-            "|---|---|---|---|---|---|---|---|---|"]
+        for p, name in names.items():
+            out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {r['steps']} | {name} | {timing_cells(r, p)} |")
+    out.append(f"| - | - | - | - | empty Triton kernel (launch floor) | {timing_cells(res, 'empty_triton')} |")
+    out += ["", "First call at a new duplicate-pair count (ms): SGLang's kernel takes it as a constexpr and recompiles.", "",
+            "| bs | SGLang | ours |", "|---|---|---|"]
+    for r in res["assign"]:
+        out.append(f"| {r['bs']} | {r['upstream_new_copy_len_ms']} | {r['ours_new_copy_len_ms']} |")
+    out += ["", "## _draft_preprocess_decode", "",
+            f"| bs | page | topk | implementation | {TIMING_HEAD} | syncs |", "|---|---|---|---|---|---|---|---|"]
     for r in res["preprocess"]:
-        out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {r['upstream_gpu_us']} | {r['ours_gpu_us']} | {r['upstream_host_us']} | "
-                   f"{r['ours_host_us']} | {r['upstream_syncs']} | {r['ours_syncs']} |")
+        for p, name in (("upstream", "SGLang"), ("ours", "ours")):
+            out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {name} | {timing_cells(r, p)} | {r[f'{p}_syncs']} |")
+    if res.get("capture_failures"):
+        out += ["", "Graph captures that failed:", ""] + [f"- {k}: `{v}`" for k, v in res["capture_failures"].items()]
     return "\n".join(out) + "\n"
+
+
+def best_us(r, p):
+    """Device time where measured, else wall: what the plot shows."""
+    return r[f"{p}_device_us"] if r[f"{p}_device_us"] is not None else r[f"{p}_wall_us"]
 
 
 def plot(res, path):
@@ -250,15 +388,27 @@ def plot(res, path):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     rows = [r for r in res["copy"] if r["layers"] == 1]
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["upstream_us"] for r in rows], 0.4, label="SGLang move_kv_cache")
-    ax.bar([x + 0.2 for x in xs], [r["ours_us"] for r in rows], 0.4, label="ours (capacity-padded)")
+    ax.bar([x - 0.2 for x in xs], [best_us(r, "upstream") for r in rows], 0.4, label="SGLang move_kv_cache")
+    ax.bar([x + 0.2 for x in xs], [best_us(r, "ours") for r in rows], 0.4, label="ours (capacity-padded)")
     ax.set_yscale("log")
     ax.set_xticks(list(xs), [f"bs{r['bs']}/p{r['page']}/k{r['topk']}" for r in rows], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("us per draft step (1 layer)")
-    ax.legend()
+    ax.set_title("duplication", fontsize=9)
+    ax.legend(fontsize=7)
+    rows = res["assign"]
+    xs = range(len(rows))
+    for i, (p, label) in enumerate((("ours", "ours"), ("ours_out", "ours, out="), ("upstream_kernel", "SGLang launch only"))):
+        bx.bar([x + (i - 1) * 0.27 for x in xs], [best_us(r, p) for r in rows], 0.27, label=label)
+    bx.axhline(best_us(res, "empty_triton"), color="gray", ls="--", lw=1, label="empty Triton kernel")
+    bx.set_xticks(list(xs), [f"bs{r['bs']}" for r in rows], fontsize=7)
+    bx.set_ylabel("us per call")
+    bx.set_title("assignment", fontsize=9)
+    bx.legend(fontsize=7)
+    kind = "device time (CUDA graph replay)" if DEV == "cuda" else "wall time (no GPU: no device time)"
+    fig.suptitle(f"{kind}; wall where a call cannot be captured", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -290,9 +440,11 @@ def main():
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
                versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
                d2d_GBps=d2d_bandwidth(), launch_us=launch_overhead_us())
+    res.update(prefixed("empty_triton", measure(empty_triton_launch(), "empty triton kernel")))
     res["copy"] = bench_copy(shapes, layers, heads, hd, slots, gen)
     res["assign"] = bench_assign(a_bs, 64, 8, 5, gen)
     res["preprocess"] = bench_preprocess(p_shapes, 5, gen)
+    res["capture_failures"] = CAPTURE_FAILURES
     with open(os.path.join(args.out, "kernels.json"), "w") as f:
         json.dump(res, f, indent=1)
     with open(os.path.join(args.out, "kernels.md"), "w") as f:
