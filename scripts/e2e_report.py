@@ -1,6 +1,9 @@
-"""Markdown table of an end-to-end run (tests/gpu) with page-1 ratios and output agreement.
+"""Markdown table of an end-to-end run (tests/gpu or bench.e2e) with page-1 ratios and agreement.
 
-  python scripts/e2e_report.py bench/results/2026-11-30-h200/e2e.json > e2e.md
+  python scripts/e2e_report.py bench/results/<run>/testbed/e2e.json > e2e.md
+
+Each row's page-1 baseline and built-in counterpart are the runs with the same
+algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 """
 
 import json
@@ -9,26 +12,46 @@ import sys
 from sglang_eagle_paged.bench.e2e import agreement
 
 
+def _key(cfg, **over):
+    c = {**cfg, **over}
+    return (c["algorithm"], c["draft"], c["topk"], c["backend"], c["page_size"], c["mode"], c["cuda_graph"])
+
+
+def _tps(rec, key="summary"):
+    s = rec.get(key) or {}
+    return s.get("output_throughput")
+
+
 def main(path: str) -> None:
     res = json.load(open(path))
-    on_p1 = res.get("on_p1", {}).get("summary", {})
-    print("| run | mode | page | topk | backend | acceptance | output tok/s | tok/s vs on_p1 | identical outputs vs non-spec | vs SGLang built-in | Triton variants (warm-up -> run) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    by_key = {_key(r["config"]): n for n, r in res.items() if not r.get("error")}
+    ref = res.get("nospec_p1")
+    print("| run | mode | page | topk | backend | acceptance | tok/s (par 16) | vs page 1 | vs SGLang built-in | tok/s (par 1) "
+          "| identical to non-spec | divergences on near-ties | Triton variants, ours (warm-up -> run) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, rec in res.items():
         cfg = rec["config"]
+        mode = cfg["mode"] if cfg["algorithm"] else "no spec"
+        head = f"| {name} | {mode} | {cfg['page_size']} | {cfg['topk'] if cfg['algorithm'] else '-'} | {cfg['backend']} |"
         if rec.get("error"):
-            print(f"| {name} | {cfg['mode']} | {cfg['page_size']} | {cfg['topk']} | {cfg['backend']} | error: {rec['error'][:60]} | | | | | |")
+            print(f"{head} error: {rec['error'][:60]} | | | | | | | |")
             continue
         s = rec["summary"]
         acc = f"{s['acceptance_length']:.3f}" if s["acceptance_length"] else "-"
-        ratio = f"{s['output_throughput'] / on_p1['output_throughput']:.2f}x" if on_p1.get("output_throughput") else "-"
-        ns = agreement(res["nospec_p1"]["outputs"], rec["outputs"]) if "nospec_p1" in res and name != "nospec_p1" else None
-        bi = agreement(res["off_p64"]["outputs"], rec["outputs"]) if "off_p64" in res and name != "off_p64" else None
-        fmt = lambda a: f"{a['exact']}/{a['compared']}" if a else "-"
+        tps = _tps(rec)
+        p1 = res.get(by_key.get(_key(cfg, page_size=1, mode="on", cuda_graph=True))) if cfg["algorithm"] else None
+        off = res.get(by_key.get(_key(cfg, mode="off", cuda_graph=True))) if cfg["algorithm"] and cfg["mode"] == "on" else None
+        ratio = lambda other: f"{tps / _tps(other):.2f}x" if other and _tps(other) and other is not rec else "-"  # noqa: E731
+        par1 = _tps(rec, "summary_parallel1")
+        agree = agreement(ref["outputs"], rec["outputs"], ref.get("tokens")) if ref and rec is not ref else None
+        same = f"{agree['exact']}/{agree['compared']}" if agree else "-"
+        ties = (f"{agree['near_tie_share']:.0%} (median gap {agree['margin_median']})"
+                if agree and agree["near_tie_share"] is not None else "-")
         warm, run = rec.get("triton_variants_after_warmup"), rec.get("triton_variants_after_run")
-        variants = "; ".join(f"{k.strip('_')} {warm[k]}->{run[k]}" for k in run if run[k]) if warm and run else "not counted"
-        print(f"| {name} | {cfg['mode'] if cfg['algorithm'] else 'no spec'} | {cfg['page_size']} | {cfg['topk'] if cfg['algorithm'] else '-'} | "
-              f"{cfg['backend']} | {acc} | {s['output_throughput']:.0f} | {ratio} | {fmt(ns)} | {fmt(bi)} | {variants} |")
+        ours = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel")
+        variants = "; ".join(f"{k.strip('_')} {warm[k]}->{run[k]}" for k in ours if run.get(k)) if warm and run else "-"
+        print(f"{head} {acc} | {tps:.0f} | {ratio(p1)} | {ratio(off)} | {f'{par1:.0f}' if par1 else '-'} | {same} | "
+              f"{ties} | {variants or '-'} |")
 
 
 if __name__ == "__main__":

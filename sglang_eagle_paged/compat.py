@@ -21,6 +21,8 @@ LEGACY_MIN = Version("0.5.8")
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
 DRAFT_PREPROCESS = EAGLE_WORKER + "._draft_preprocess_decode"
 WORKER_INIT = EAGLE_WORKER + ".__init__"
+# STANDALONE's worker subclasses EAGLEWorker but skips its __init__: warm-up needs its own hook.
+STANDALONE_WORKER_INIT = "sglang.srt.speculative.standalone_worker.StandaloneWorker.__init__"
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"

@@ -33,6 +33,14 @@ def _hooks(mode: Mode):
     return hooks
 
 
+def _optional_hooks() -> dict:
+    # Start-up warm-up only: without it serving still works (the kernels compile on
+    # the first draft step), so a release without this class is no reason to stop.
+    from .worker import worker_init_hook
+
+    return {compat.STANDALONE_WORKER_INIT: (worker_init_hook, "AFTER")}
+
+
 def _fail(message: str):
     logger.critical("[sglang-eagle-paged] %s", message)
     raise SystemExit(f"[sglang-eagle-paged] {message} (set {ENV_VAR}=off to run stock SGLang)")
@@ -68,6 +76,13 @@ def register() -> None:
             before[target] = compat.resolve(target)
         except (ImportError, AttributeError) as exc:
             _fail(f"cannot find {target} in SGLang {compat.sglang_version()}: {exc}")
+        HookRegistry.register(target, hook, HookType[hook_type])
+    for target, (hook, hook_type) in _optional_hooks().items():
+        try:
+            compat.resolve(target)
+        except (ImportError, AttributeError) as exc:
+            logger.warning("[sglang-eagle-paged] no start-up warm-up for %s: %s", target, exc)
+            continue
         HookRegistry.register(target, hook, HookType[hook_type])
     # Applied now rather than after all plugins so that we can check the result;
     # apply_hooks skips targets already patched, so SGLang's later call is harmless.

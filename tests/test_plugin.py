@@ -30,6 +30,7 @@ from importlib.metadata import entry_points
 from sglang.srt.speculative.eagle_worker import EAGLEWorker
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.speculative.standalone_worker import StandaloneWorker
 import sglang_eagle_paged.plugin as plugin
 from sglang_eagle_paged import kv_copy
 print("RESULT " + json.dumps({{
@@ -37,6 +38,8 @@ print("RESULT " + json.dumps({{
     "draft": hasattr(EAGLEWorker._draft_preprocess_decode, "__wrapped__"),
     "move": hasattr(MHATokenToKVPool.move_kv_cache, "__wrapped__"),
     "spec": hasattr(ServerArgs._handle_speculative_decoding, "__wrapped__"),
+    "init": hasattr(EAGLEWorker.__init__, "__wrapped__"),
+    "standalone_init": hasattr(StandaloneWorker.__init__, "__wrapped__"),
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
 }}))
@@ -91,8 +94,10 @@ def result(p):
     return json.loads(lines[-1][len("RESULT "):])
 
 
-ALL_ON = {"draft": True, "move": True, "spec": True, "mode": "on", "kv_hook_installed": True}
-NONE = {"draft": False, "move": False, "spec": False, "kv_hook_installed": False}
+ALL_ON = {"draft": True, "move": True, "spec": True, "init": True, "standalone_init": True, "mode": "on",
+          "kv_hook_installed": True}
+NONE = {"draft": False, "move": False, "spec": False, "init": False, "standalone_init": False,
+        "kv_hook_installed": False}
 
 
 def subset(r, want):

@@ -43,6 +43,7 @@ SIDE_BY_SIDE = [
     ("on_p64_k4", "off_p64_k4", "on_p1_k4", "fake_p64_k4"),
     ("oracle_on_p64", None, "oracle_on_p1", "oracle_fake_p64"),
 ]
+BUILTIN_OF = {ours: builtin for ours, builtin, _, _ in SIDE_BY_SIDE if builtin}
 PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
     ("on_p16_k4", "on_p1_k4"), ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"),
 ]
@@ -58,10 +59,7 @@ def _need(*names):
 def results():
     if REPLAY:
         recorded = json.loads(Path(REPLAY).read_text())
-        missing = [c.name for c in CONFIGS if c.name not in recorded]
-        if missing:
-            pytest.skip(f"not in the recording: {missing}")
-        return recorded
+        return recorded  # a cut-short recording: tests on what it lacks skip one by one
     out = Path(os.environ.get("E2E_OUT", "/tmp/e2e"))
     return run_configs(
         CONFIGS,
@@ -78,8 +76,16 @@ def results():
     )
 
 
+def _record(results, name):
+    if name not in results:
+        if REPLAY:
+            pytest.skip(f"{name} was not measured in this recording")
+        raise AssertionError(f"{name} has no result")
+    return results[name]
+
+
 def _acc(results, name):
-    rec = results[name]
+    rec = _record(results, name)
     assert not rec.get("error"), f"{name} failed: {rec.get('error')}\n{rec.get('log_tail', '')}"
     assert rec["summary"]["num_errors"] == 0, rec.get("errors")
     return rec["summary"]["acceptance_length"]
@@ -87,7 +93,7 @@ def _acc(results, name):
 
 @pytest.mark.parametrize("name", [c.name for c in CONFIGS])
 def test_server_serves(results, name):
-    rec = results[name]
+    rec = _record(results, name)
     assert not rec.get("error"), f"{rec.get('error')}\n{rec.get('log_tail', '')}"
     assert rec["summary"]["num_errors"] == 0, rec.get("errors")
 
@@ -124,8 +130,13 @@ def test_greedy_agreement_with_non_speculative(results, name):
           f"runner-up taken {agree['runner_up_taken']}/{len(agree['divergences'])}); first {agree['first_divergence']}")
     if agree["near_tie_share"] is not None:
         assert agree["near_tie_share"] >= NEAR_TIE_SHARE
-    if "off_p64" in results and not results["off_p64"].get("error") and name != "off_p64":
-        builtin = agreement(ref["outputs"], results["off_p64"]["outputs"])
+    # Never worse than SGLang's built-in at the same page size and topk. (Until the
+    # 2026-11-30 second run every configuration was held to off_p64, which made the
+    # page-1 STANDALONE oracle, SGLang's code alone, "fail" against a different
+    # algorithm; each is now compared with its own counterpart, where one exists.)
+    builtin_name = BUILTIN_OF.get(name)
+    if builtin_name and builtin_name in results and not results[builtin_name].get("error"):
+        builtin = agreement(ref["outputs"], results[builtin_name]["outputs"])
         assert agree["rate"] >= builtin["rate"] - 0.05
 
 
