@@ -20,3 +20,9 @@ def _unavailable(qualname):
     fn.__name__ = qualname.rsplit(".", 1)[-1]
     fn.__qualname__ = fn.__name__
     return fn
+
+
+# ``sglang.srt.layers.attention.flashattention_backend`` imports this at module
+# load (needed on the CPU only to import that module, e.g. for its metadata
+# helpers); calling it raises like every other shim.
+merge_state_v2 = _unavailable("sgl_kernel.merge_state_v2")
