@@ -34,6 +34,9 @@ class FakeServer:
         (variant / "_duplicate_kv_kernel.json").write_text("{}")
         (variant / "__grp___duplicate_kv_kernel.json").write_text("{}")  # not a variant
 
+    def terminate(self):
+        FakeServer.events.append(("terminate", self.name))
+
     def stop(self):
         FakeServer.events.append(("stop", self.name))
 
@@ -189,3 +192,22 @@ def test_triton_variants_counts_only_named_kernel_files(tmp_path):
     counts = e2e.triton_variants(tmp_path)
     assert counts["_assign_tree_draft_slots_kernel"] == 2 and counts["assign_draft_cache_locs"] == 1
     assert counts["_duplicate_kv_kernel"] == 0 and "unrelated" not in counts
+
+
+def test_stop_all_signals_every_server_before_waiting_on_any():
+    events = []
+
+    class S:
+        def __init__(self, n):
+            self.n = n
+
+        def terminate(self):
+            events.append(("terminate", self.n))
+
+        def stop(self):
+            events.append(("stop", self.n))
+
+    from sglang_eagle_paged.bench.server import stop_all
+
+    stop_all([S(1), S(2), S(3)])
+    assert events == [("terminate", 1), ("terminate", 2), ("terminate", 3), ("stop", 1), ("stop", 2), ("stop", 3)]

@@ -13,7 +13,7 @@ export SGLANG_EAGLE_PAGED_TEST_GPU=1 E2E_OUT=/tmp/e2e E2E_TARGET=/tmp/testbed/ta
 export E2E_SET=${E2E_SET:-extended} E2E_CONCURRENCY=${E2E_CONCURRENCY:-12} E2E_PROFILE=${E2E_PROFILE:-on_p1,on_p64}
 export E2E_QUESTIONS=${E2E_QUESTIONS:-48} E2E_MAX_NEW=${E2E_MAX_NEW:-160} E2E_WARMUP=${E2E_WARMUP:-8}
 mkdir -p $E2E_OUT
-timeout -s INT ${SUITE_S:-540} python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider > $OUT/pytest.log 2>&1
+timeout -s INT ${SUITE_S:-480} python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider > $OUT/pytest.log 2>&1
 echo "suite rc=$?"; grep -E "^\[e2e\]|passed|failed|PASSED|FAILED|ERROR" $OUT/pytest.log | tail -60
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd $E2E_OUT && tar czf $OUT/testbed_e2e.tgz --exclude=triton_cache --exclude='*.trace.json*' .)

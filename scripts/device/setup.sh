@@ -10,8 +10,14 @@ if ls .devbundle/core.tar .devbundle/fa3.part* >/dev/null 2>&1 || [ ! -f /tmp/si
 fi  # else: a later call on a warm machine, the bundle is installed already
 source /tmp/site/.devbundle/env.sh
 WHEELS=$(ls .devbundle/extra/*.whl .whl/*.whl 2>/dev/null)  # whichever this call carried
-[ -z "$WHEELS" ] || python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site $WHEELS >> "$LOG" 2>&1 \
-  || { echo "pip install of extra wheels failed"; tail -20 "$LOG"; exit 1; }
+# pip --target over the bundle's site takes ~40 s even for two small wheels: skip wheels installed
+# by an earlier call on this (warm) machine.
+STAMP=/tmp/site/.devbundle/wheels.sha256
+if [ -n "$WHEELS" ] && ! sha256sum $WHEELS 2>/dev/null | cmp -s - "$STAMP"; then
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site $WHEELS >> "$LOG" 2>&1 \
+    || { echo "pip install of extra wheels failed"; tail -20 "$LOG"; exit 1; }
+  sha256sum $WHEELS > "$STAMP"
+fi
 if [ -f .devbundle/flashinfer-jit-cache.tar.xz ] && [ ! -d ~/.cache/flashinfer ]; then
   mkdir -p ~/.cache && xz -dc .devbundle/flashinfer-jit-cache.tar.xz | tar xf - -C ~/.cache
 fi

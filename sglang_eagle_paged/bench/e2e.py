@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .mtbench import load_questions, run_benchmark
-from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env
+from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
 
 
 @dataclass
@@ -259,8 +259,8 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 print(f"[e2e] {cfg.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
                       f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
         finally:
+            stop_all([server for _, server, _, _ in launched])
             for cfg, server, record, cache_dir in launched:
-                server.stop()
                 if cfg.name not in results:  # start failed before measuring
                     results[cfg.name] = record
         out_path.parent.mkdir(parents=True, exist_ok=True)

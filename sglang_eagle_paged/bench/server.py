@@ -190,6 +190,11 @@ class ServerProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def terminate(self) -> None:
+        """Ask the whole process group to exit, without waiting (see :func:`stop_all`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._signal_group(self.proc, signal.SIGTERM)
+
     def __enter__(self) -> "ServerProcess":
         self.start()
         try:
@@ -201,3 +206,15 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_all(servers: Sequence[ServerProcess]) -> None:
+    """Stop many servers in one grace period rather than one after another.
+
+    Each server drains for up to its grace period on SIGTERM; twelve of them
+    stopped in turn can take minutes, which an interrupted run does not have.
+    """
+    for server in servers:
+        server.terminate()
+    for server in servers:
+        server.stop()  # waits what is left of the grace period, then SIGKILLs
