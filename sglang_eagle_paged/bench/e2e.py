@@ -29,6 +29,7 @@ class RunConfig:
     cuda_graph: bool = True
     draft: str = "draft"             # "draft" (EAGLE head) or "target" (self-draft)
     extra: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # extra server environment, e.g. an A/B switch
 
 
 def testbed_sets(backend: str = "fa3") -> dict:
@@ -178,6 +179,7 @@ def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens,
     # A fresh Triton cache per server, so compiled variants can be counted.
     cache_dir = Path(log_dir) / "triton_cache" / cfg.name
     env = mode_env(cfg.mode)
+    env.update(cfg.env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
     if cfg.backend == "triton":
         # SGLang refuses triton for topk > 1 with page > 1; the plugin allows it on request.

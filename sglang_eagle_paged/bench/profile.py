@@ -39,6 +39,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from .report import table
+
 TRACE_GLOB = "*.trace.json*"
 KERNEL_CATS = frozenset({"kernel"})
 GPU_MEM_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
@@ -392,9 +394,7 @@ def _f(v: Any, digits: int = 1) -> str:
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return table(headers, list(rows))
 
 
 def _per_step(summary: dict) -> tuple[float, str]:
