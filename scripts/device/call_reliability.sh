@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device call(s): the GPU reliability suite (tests/gpu/test_reliability_gpu.py): KV pressure,
+# soak with aborts and empty prompts, 8k contexts on the testbed, 32k on the 8B-shaped dummy
+# pair, TP=2 vs TP=1.
+# KIND: nvidia-h200-x2 (the TP test needs 2 GPUs and skips on one; everything else uses GPU 0).
+# The machine must be warm with SGLang core + FA3 installed (call_core.sh, then call_large.sh's
+# FA3 install, on the same x2 machine), like call_testbed.sh.
+# carry: .whl .devbundle/extra (the testbed weights travel as tracked files)
+# REL_K picks groups (pytest -k), one call each fits in 10 minutes, e.g.
+#   REL_K="pressure or long8k"   4 servers together, ~5 min
+#   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min
+#   REL_K="tp"                   3 servers (one TP=2), ~4 min
+#   REL_K="long32k"              2 dummy 8B servers, ~5 min (makes /tmp/models if missing)
+# Results accumulate in /tmp/reliability/reliability.json: the same call again resumes.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+bash scripts/device/setup.sh $OUT/log.txt || exit 1
+source /tmp/site/.devbundle/env.sh
+[ -d /tmp/testbed/target ] || cp -r sglang_eagle_paged/testbed /tmp/testbed
+pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
+export REL_LARGE_MODELS=${REL_LARGE_MODELS:-/tmp/models} REL_SOAK_S=${REL_SOAK_S:-150}
+mkdir -p $REL_OUT
+if [[ "${REL_K:-}" == *long32k* && ! -f $REL_LARGE_MODELS/target/config.json ]]; then
+  python3 scripts/device/make_dummy_large.py $REL_LARGE_MODELS >> $OUT/log.txt 2>&1
+  echo "dummy models rc=$?"
+fi
+nvidia-smi -L
+# A minute's margin before the call's 600 s limit: an interrupted suite stops its servers and packs.
+timeout -s INT ${SUITE_S:-500} python3 -m pytest -m gpu tests/gpu/test_reliability_gpu.py -q -rA -s \
+  -p no:cacheprovider ${REL_K:+-k "$REL_K"} > $OUT/pytest.log 2>&1
+echo "suite rc=$?"; grep -E "^\[reliability\]|^(pressure|8k|32k|soak|tp|acceptance|long|nospec)|passed|failed|PASSED|FAILED|SKIPPED|ERROR" $OUT/pytest.log | tail -60
+pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+(cd $REL_OUT && tar czf $OUT/reliability.tgz --exclude=triton_cache --exclude=models32k .)
