@@ -27,7 +27,7 @@ import os
 
 from .kernels.expand_metadata import expand_draft_page_table
 
-TARGET = "sglang.srt.layers.attention.flashattention_backend.draft_decode_set_expand_metadata"
+from .compat import FA3_EXPAND_METADATA as TARGET
 ENV_VAR = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
 
 _ON = ("1", "on", "true", "yes")

@@ -41,6 +41,23 @@ def _optional_hooks() -> dict:
     return {compat.STANDALONE_WORKER_INIT: (worker_init_hook, "AFTER")}
 
 
+def _register_fa3_expand() -> None:
+    # Asked for explicitly, so a release without the function is an error, not a warning.
+    from . import fa3_metadata
+
+    try:
+        if not fa3_metadata.enabled():
+            return
+        compat.resolve(compat.FA3_EXPAND_METADATA)
+    except ValueError as exc:
+        _fail(str(exc))
+    except (ImportError, AttributeError) as exc:
+        _fail(f"{fa3_metadata.ENV_VAR} is on but SGLang {compat.sglang_version()} has no "
+              f"{compat.FA3_EXPAND_METADATA}: {exc}")
+    fa3_metadata.register_hook()
+    _state["fa3_expand"] = True
+
+
 def _fail(message: str):
     logger.critical("[sglang-eagle-paged] %s", message)
     raise SystemExit(f"[sglang-eagle-paged] {message} (set {ENV_VAR}=off to run stock SGLang)")
@@ -77,6 +94,7 @@ def register() -> None:
         except (ImportError, AttributeError) as exc:
             _fail(f"cannot find {target} in SGLang {compat.sglang_version()}: {exc}")
         HookRegistry.register(target, hook, HookType[hook_type])
+    _register_fa3_expand()
     for target, (hook, hook_type) in _optional_hooks().items():
         try:
             compat.resolve(target)
@@ -87,7 +105,8 @@ def register() -> None:
     # Applied now rather than after all plugins so that we can check the result;
     # apply_hooks skips targets already patched, so SGLang's later call is harmless.
     HookRegistry.apply_hooks()
-    missing = [t for t in hooks if t not in HookRegistry._patched or compat.resolve(t) is before[t]]
+    checked = list(hooks) + ([compat.FA3_EXPAND_METADATA] if _state.get("fa3_expand") else [])
+    missing = [t for t in checked if t not in HookRegistry._patched or (t in before and compat.resolve(t) is before[t])]
     if missing:
         _fail(f"hooks did not apply to {', '.join(missing)} (SGLang {compat.sglang_version()})")
     if compat.MOVE_KV_CACHE in hooks:
@@ -97,9 +116,9 @@ def register() -> None:
     _state["active"] = mode.value
     logger.info(
         "[sglang-eagle-paged] active: mode=%s, worker=%s._draft_preprocess_decode (paged tree drafting), "
-        "kv copy=%s, sglang %s",
+        "kv copy=%s, fa3 expand metadata=%s, sglang %s",
         mode.value, compat.EAGLE_WORKER, "one-launch duplication" if mode is Mode.ON else "skipped (fake)",
-        compat.sglang_version(),
+        "one-launch kernel" if _state.get("fa3_expand") else "SGLang's", compat.sglang_version(),
     )
 
 

@@ -31,6 +31,8 @@ from sglang.srt.speculative.eagle_worker import EAGLEWorker
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.speculative.standalone_worker import StandaloneWorker
+import sglang.srt.layers.attention.flashattention_backend as fa3
+from sglang.srt.plugins.hook_registry import HookRegistry
 import sglang_eagle_paged.plugin as plugin
 from sglang_eagle_paged import kv_copy
 print("RESULT " + json.dumps({{
@@ -40,6 +42,8 @@ print("RESULT " + json.dumps({{
     "spec": hasattr(ServerArgs._handle_speculative_decoding, "__wrapped__"),
     "init": hasattr(EAGLEWorker.__init__, "__wrapped__"),
     "standalone_init": hasattr(StandaloneWorker.__init__, "__wrapped__"),
+    # torch.compile's wrapper has __wrapped__ too: ask the registry what it patched
+    "fa3_expand": getattr(fa3, "__name__") + ".draft_decode_set_expand_metadata" in HookRegistry._patched,
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
 }}))
@@ -71,6 +75,8 @@ CASES = {
     "old_default": (_py(OLD_SGLANG), {}),
     "old_on": (_py(OLD_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
     "bad_target": (_py(BAD_TARGET), {}),
+    "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
+    "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -133,6 +139,15 @@ def test_mode_fake_keeps_sglang_move_kv_cache(runs):
     r = result(runs["fake"])
     want = {"draft": True, "spec": True, "move": False, "mode": "fake", "kv_hook_installed": False}
     assert subset(r, want) == want
+
+
+def test_fa3_expand_replacement_is_opt_in(runs):
+    assert result(runs["default"])["fa3_expand"] is False
+    r = result(runs["fa3_expand"])
+    assert r["fa3_expand"] is True and subset(r, ALL_ON) == ALL_ON
+    assert "fa3 expand metadata=one-launch kernel" in runs["fa3_expand"].stderr
+    p = runs["fa3_expand_bogus"]
+    assert p.returncode != 0 and "SGLANG_EAGLE_PAGED_FA3_EXPAND" in p.stderr
 
 
 def test_invalid_mode_exits_naming_valid_values(runs):

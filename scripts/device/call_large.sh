@@ -13,7 +13,7 @@ pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 timeout -s INT ${LARGE_S:-500} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-48} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
-  --warmup 8 --concurrency 3 --mem-fraction 0.88 --max-total-tokens 65536 --profile on_p1,on_p64 \
+  --warmup 8 --concurrency 3 --mem-fraction 0.88 --max-total-tokens 65536 --profile on_p1,on_p64,on_p64_fa3x \
   > $OUT/large.log 2>&1
 echo "large rc=$?"; grep "^\[e2e\]" $OUT/large.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null

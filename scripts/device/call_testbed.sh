@@ -10,7 +10,7 @@ source /tmp/site/.devbundle/env.sh
 [ -d /tmp/testbed/target ] || cp -r sglang_eagle_paged/testbed /tmp/testbed
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 E2E_OUT=/tmp/e2e E2E_TARGET=/tmp/testbed/target E2E_DRAFT=/tmp/testbed/draft
-export E2E_SET=${E2E_SET:-extended} E2E_CONCURRENCY=${E2E_CONCURRENCY:-12} E2E_PROFILE=${E2E_PROFILE:-on_p1,on_p64}
+export E2E_SET=${E2E_SET:-extended} E2E_CONCURRENCY=${E2E_CONCURRENCY:-12} E2E_PROFILE=${E2E_PROFILE:-on_p1,on_p64,on_p64_fa3x}
 export E2E_QUESTIONS=${E2E_QUESTIONS:-48} E2E_MAX_NEW=${E2E_MAX_NEW:-160} E2E_WARMUP=${E2E_WARMUP:-8}
 mkdir -p $E2E_OUT
 timeout -s INT ${SUITE_S:-480} python3 -m pytest -m gpu tests/gpu -q -rA -p no:cacheprovider > $OUT/pytest.log 2>&1

@@ -44,7 +44,9 @@ def testbed_sets(backend: str = "fa3") -> dict:
     ]
     k4 = dict(topk=4, num_draft_tokens=16)
     oracle = dict(algorithm="STANDALONE", draft="target", topk=4, steps=3, num_draft_tokens=16)
+    fa3x = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}
     extended = [  # most telling first: a cut-short run keeps these
+        RunConfig("on_p64_fa3x", page_size=64, backend=b, env=fa3x),
         RunConfig("on_p128", page_size=128, backend=b),
         RunConfig("on_p16", page_size=16, backend=b),
         RunConfig("oracle_on_p1", page_size=1, backend=b, **oracle),
@@ -72,8 +74,9 @@ def large_set(backend: str = "fa3") -> list:
     return [
         RunConfig("on_p1", page_size=1, backend=backend),
         RunConfig("on_p64", page_size=64, backend=backend),
-        RunConfig("on_p128", page_size=128, backend=backend),
+        RunConfig("on_p64_fa3x", page_size=64, backend=backend, env={"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
         RunConfig("off_p64", mode="off", page_size=64, backend=backend),
+        RunConfig("on_p128", page_size=128, backend=backend),
         RunConfig("off_p128", mode="off", page_size=128, backend=backend),
     ]
 

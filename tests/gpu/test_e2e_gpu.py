@@ -161,6 +161,17 @@ def test_fake_mode_lowers_acceptance(results, on_name, page1, fake_name):
     assert a_fake < a_on - margin
 
 
+def test_fa3_expand_replacement_changes_nothing_but_time(results):
+    """SGLANG_EAGLE_PAGED_FA3_EXPAND=1 swaps FA3's page-table builder for one launch: same tables."""
+    _need("on_p64", "on_p64_fa3x")
+    a, b = _acc(results, "on_p64"), _acc(results, "on_p64_fa3x")
+    agree = agreement(results["on_p64"]["outputs"], results["on_p64_fa3x"]["outputs"])
+    t0, t1 = (results[n]["summary"]["output_throughput"] for n in ("on_p64", "on_p64_fa3x"))
+    print(f"fa3 expand replacement: acceptance {b:.3f} vs {a:.3f}, outputs {agree['exact']}/{agree['compared']} "
+          f"identical, throughput {t1:.0f} vs {t0:.0f} tok/s ({t1 / t0:.2f}x)")
+    assert agree["rate"] >= 0.95 and abs(a - b) <= PARITY_TOL * a
+
+
 @pytest.mark.parametrize("ours,builtin", [(o, b) for o, b, _, _ in SIDE_BY_SIDE if b])
 def test_ours_matches_sglang_builtin(results, ours, builtin):
     """Side by side with SGLang's own duplication (mode off): same acceptance."""
