@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .mtbench import load_questions, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
@@ -192,18 +192,57 @@ def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens,
     return server, {"config": asdict(cfg), "server_args": args}, cache_dir
 
 
+def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0) -> None:
+    """Start every ``(name, server, record)`` together, then ``measure`` each one alone.
+
+    Start-up is mostly CPU-bound (imports, CUDA graph capture), so servers of a group
+    start at once; every one is up before any is measured, so nothing else runs on
+    the GPU while one is timed. ``measure(name, server, record)`` fills the record
+    (its exceptions become the record's error), then the server is stopped and
+    ``done(name, record)`` called. All servers are stopped however this ends.
+    """
+    t0 = time.time()
+    try:
+        for _, server, record in launched:
+            try:
+                server.start()
+                if len(launched) > 1:
+                    time.sleep(stagger_s)  # stagger the CUDA context creations a little
+            except Exception as exc:
+                record["error"] = f"{type(exc).__name__}: {exc}"
+        for _, server, record in launched:
+            if record.get("error"):
+                continue
+            try:
+                server.wait_ready()
+                record["startup_s"] = round(time.time() - t0, 1)
+            except ServerStartError as exc:
+                record.update(error=str(exc), log_tail=exc.log_tail)
+                server.stop()
+            except Exception as exc:
+                record["error"] = f"{type(exc).__name__}: {exc}"
+                server.stop()
+        for name, server, record in launched:
+            t1 = time.time()
+            if not record.get("error"):
+                try:
+                    measure(name, server, record)
+                except Exception as exc:  # keep the group going; the test on this one fails
+                    record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            server.stop()  # frees its GPU memory before the next is measured
+            record["wall_s"] = round(time.time() - t1, 1)
+            done(name, record)
+    finally:
+        stop_all([server for _, server, _ in launched])
+
+
 def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
                 parallel: int = 16, max_new_tokens: int = 256, max_total_tokens: int = 131072,
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
                 profile_dir: str | None = None) -> dict:
-    """Measure every configuration; ``concurrency`` servers start together on one GPU.
-
-    Servers of a group start at once (start-up is mostly CPU-bound: imports, CUDA
-    graph capture), then are measured one at a time while the others sit idle, so a
-    measurement never shares the GPU with another server's work.
-    """
+    """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`)."""
     all_questions = load_questions(question_file, None)
     questions = all_questions[:num_questions]
     warmup_questions = _warmup_questions(all_questions, warmup)
@@ -211,65 +250,40 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     todo = [(i, c) for i, c in enumerate(configs) if not (c.name in results and not results[c.name].get("error"))]
     group_size = max(1, concurrency)
+
+    def save():
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=1))
+
     for g in range(0, len(todo), group_size):
-        group = todo[g:g + group_size]
-        launched = []
-        t0 = time.time()
-        for i, cfg in group:
-            server, record, cache_dir = _launch(
+        cfgs, cache_dirs, launched = {}, {}, []
+        for i, cfg in todo[g:g + group_size]:
+            server, record, cache_dirs[cfg.name] = _launch(
                 cfg, i, target=target, draft=draft, log_dir=log_dir, max_total_tokens=max_total_tokens,
                 mem_fraction=mem_fraction, load_format=load_format, startup_timeout=startup_timeout,
                 shared_gpu=group_size > 1)
-            launched.append((cfg, server, record, cache_dir))
+            cfgs[cfg.name] = cfg
+            launched.append((cfg.name, server, record))
+
+        def measure(name, server, record):
+            _measure(server, cfgs[name], record, cache_dirs[name], questions=questions,
+                     warmup_questions=warmup_questions, parallel=parallel, max_new_tokens=max_new_tokens,
+                     ignore_eos=ignore_eos, parallel1_questions=parallel1_questions,
+                     profile_dir=profile_dir if name in profile else None)
+
+        def done(name, record):
+            results[name] = record
+            save()
+            s = record.get("summary") or {}
+            print(f"[e2e] {name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
+                  f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
+
         try:
-            for cfg, server, record, cache_dir in launched:
-                try:
-                    server.start()
-                    if group_size > 1:
-                        time.sleep(1)  # stagger the CUDA context creations a little
-                except Exception as exc:
-                    record["error"] = f"{type(exc).__name__}: {exc}"
-            # Every server of the group is up before any is measured: none may still be
-            # capturing CUDA graphs on the GPU while another one is timed.
-            for cfg, server, record, cache_dir in launched:
-                if record.get("error"):
-                    continue
-                try:
-                    server.wait_ready()
-                    record["startup_s"] = round(time.time() - t0, 1)
-                except ServerStartError as exc:
-                    record["error"] = str(exc)
-                    record["log_tail"] = exc.log_tail
-                    server.stop()
-                except Exception as exc:
-                    record["error"] = f"{type(exc).__name__}: {exc}"
-                    server.stop()
-            for cfg, server, record, cache_dir in launched:
-                t1 = time.time()
-                if not record.get("error"):
-                    try:
-                        _measure(server, cfg, record, cache_dir, questions=questions,
-                                 warmup_questions=warmup_questions, parallel=parallel,
-                                 max_new_tokens=max_new_tokens, ignore_eos=ignore_eos,
-                                 parallel1_questions=parallel1_questions,
-                                 profile_dir=profile_dir if cfg.name in profile else None)
-                    except Exception as exc:  # keep the suite going; the test on this config fails
-                        record["error"] = f"{type(exc).__name__}: {exc}"
-                server.stop()  # frees its GPU memory before the next is measured
-                record["wall_s"] = round(time.time() - t1, 1)
-                results[cfg.name] = record
-                out_path.parent.mkdir(parents=True, exist_ok=True)
-                out_path.write_text(json.dumps(results, indent=1))
-                s = record.get("summary") or {}
-                print(f"[e2e] {cfg.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
-                      f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
+            serve_group(launched, measure, done)
         finally:
-            stop_all([server for _, server, _, _ in launched])
-            for cfg, server, record, cache_dir in launched:
-                if cfg.name not in results:  # start failed before measuring
-                    results[cfg.name] = record
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(results, indent=1))
+            for name, _, record in launched:
+                results.setdefault(name, record)  # interrupted before it was measured
+            save()
     return results
 
 

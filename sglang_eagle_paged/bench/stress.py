@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .e2e import RunConfig, server_args
+from .e2e import RunConfig, serve_group, server_args
 from .mtbench import Client, summarize, token_margins
-from .server import ServerProcess, ServerStartError, mode_env, stop_all
+from .server import ServerProcess, ServerStartError, mode_env  # noqa: F401  (ServerStartError: re-exported)
 
 # --------------------------------------------------------------------------- tokens and prompts
 
@@ -560,7 +560,6 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     todo = [s for s in specs if not (s.name in results and not results[s.name].get("error"))]
     launched = []
-    t0 = time.time()
     for spec in todo:
         args = spec.args()
         if len(todo) > 1:
@@ -570,49 +569,27 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
         env.update(spec.env)
         log_path = Path(log_dir) / f"{spec.name}.log"
         server = launcher(args, port=spec.port, env=env, log_path=str(log_path), startup_timeout=startup_timeout)
-        launched.append((spec, server, {"config": asdict(spec.cfg), "server_args": args,
-                                        "env": dict(spec.env), "log": str(log_path)}))
+        launched.append((spec.name, server, {"config": asdict(spec.cfg), "server_args": args,
+                                             "env": dict(spec.env), "log": str(log_path)}))
+
+    def measure(name, server, record):
+        record.update(workloads[name](server.base_url))
+
+    def done(name, record):
+        record["log_scan"] = scan_log_file(record["log"])
+        results[name] = record
+        _write(out_path, results)
+        s = record.get("summary") or {}
+        print(f"[reliability] {name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
+              f"err={str(record.get('error', ''))[:200]}", flush=True)
+
     try:
-        for spec, server, record in launched:
-            try:
-                server.start()
-                if len(launched) > 1:
-                    time.sleep(1)
-            except Exception as exc:
-                record["error"] = f"{type(exc).__name__}: {exc}"
-        for spec, server, record in launched:
-            if record.get("error"):
-                continue
-            try:
-                server.wait_ready()
-                record["startup_s"] = round(time.time() - t0, 1)
-            except ServerStartError as exc:
-                record.update(error=str(exc).splitlines()[0], log_tail=exc.log_tail)
-                server.stop()
-            except Exception as exc:
-                record["error"] = f"{type(exc).__name__}: {exc}"
-                server.stop()
-        for spec, server, record in launched:
-            t1 = time.time()
-            if not record.get("error"):
-                try:
-                    record.update(workloads[spec.name](server.base_url))
-                except Exception as exc:
-                    record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            server.stop()
-            record["wall_s"] = round(time.time() - t1, 1)
-            record["log_scan"] = scan_log_file(record["log"])
-            results[spec.name] = record
-            _write(out_path, results)
-            s = record.get("summary") or {}
-            print(f"[reliability] {spec.name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
-                  f"err={str(record.get('error', ''))[:200]}", flush=True)
+        serve_group(launched, measure, done)
     finally:
-        stop_all([server for _, server, _ in launched])
-        for spec, server, record in launched:
-            if spec.name not in results:
+        for name, _, record in launched:
+            if name not in results:
                 record.setdefault("error", "interrupted before its workload ran")
                 record["log_scan"] = scan_log_file(record["log"])
-                results[spec.name] = record
+                results[name] = record
         _write(out_path, results)
     return results
