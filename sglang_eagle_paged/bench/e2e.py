@@ -161,7 +161,8 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
         drive = lambda: run_benchmark(server.base_url, questions[:parallel], parallel=parallel, **bench_kw)  # noqa: E731
         trace = profile.capture(server.base_url, str(out), num_steps=PROFILE_STEPS, drive=drive)
         if trace is not None:
-            record["profile"] = profile.summarize_trace(trace)  # counts its whole steps itself
+            # top 150: deep enough that our own preprocess shows among SGLang's functions
+            record["profile"] = profile.summarize_trace(trace, top=150)  # counts its whole steps itself
 
 
 # Forward steps the profiler records per profiled server: enough to average over
