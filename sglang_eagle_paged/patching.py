@@ -449,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Note: {inactive}.", file=out if args.action != "apply" else sys.stderr)
         if args.action == "apply":
             print("sglang-eagle-paged patch: not applied (it would change nothing); upgrade SGLang to "
-                  f"0.5.8 or later.", file=sys.stderr)
+                  "0.5.8 or later.", file=sys.stderr)
             return 2
 
     try:

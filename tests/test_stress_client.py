@@ -230,17 +230,16 @@ def test_soak_flags_a_server_error_on_empty_input(fake):
     assert res["unexpected_count"] == 6 and "status 500" in res["unexpected"][0]
 
 
-def test_soak_flags_one_token_requests_that_generate_more(fake):
+def test_soak_flags_one_token_requests_that_generate_more(fake, monkeypatch):
+    from sglang_eagle_paged.bench.stress import soak_driver
+
     url, st = fake
     # The fake answers min(max_new, 4) tokens: a 'one' request reporting 2 would be flagged.
     cfg = stress.SoakConfig(duration_s=600, max_requests=4, workers=1, mean_gap_s=0, max_prompt=50,
                             weights={"one": 1})
-    orig = stress._meta_record
-    try:
-        stress._meta_record = lambda out: {**orig(out), "completion_tokens": 2}
-        res = stress.soak(url, _source(), cfg)
-    finally:
-        stress._meta_record = orig
+    orig = soak_driver._meta_record
+    monkeypatch.setattr(soak_driver, "_meta_record", lambda out: {**orig(out), "completion_tokens": 2})
+    res = stress.soak(url, _source(), cfg)
     assert res["unexpected_count"] == 4 and res["unexpected"][0].startswith("one:")
 
 

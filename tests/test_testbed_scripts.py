@@ -1,7 +1,6 @@
 """CPU tests for scripts/device/make_testbed.py and scripts/device/make_dummy_large.py."""
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

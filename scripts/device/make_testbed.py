@@ -45,7 +45,6 @@ import importlib.metadata
 import json
 import math
 import os
-import shutil
 import sys
 import sysconfig
 import time
@@ -413,7 +412,6 @@ def main():
         if getattr(a, k) is None:
             setattr(a, k, v)
 
-    import numpy as np
     import torch
     import torch.nn.functional as F
     import transformers

@@ -9,7 +9,6 @@ The pair count is a runtime argument excluded from specialisation: any length, o
 compiled kernel per pool layout.
 """
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
