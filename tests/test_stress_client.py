@@ -1,4 +1,4 @@
-"""The reliability client (bench/stress.py) against a fake in-process SGLang server.
+"""The reliability client (bench/stress/) against a fake in-process SGLang server.
 
 The fake tokenizes by words (id = word index + 10, BOS = 1), answers /generate with and
 without streaming, rejects empty ``input_ids`` with 400 like SGLang's
