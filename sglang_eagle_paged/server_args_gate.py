@@ -56,11 +56,39 @@ def refusal(args) -> str | None:
     return None
 
 
+# SGLang 0.5.12 builds ServerArgs with any of these at 0 or below and fails only once
+# serving (a division by zero, an empty tree, a kernel's assertion): say so at start-up.
+_POSITIVE = (("--page-size", "page_size"), ("--speculative-eagle-topk", "speculative_eagle_topk"),
+             ("--speculative-num-steps", "speculative_num_steps"),
+             ("--speculative-num-draft-tokens", "speculative_num_draft_tokens"))
+
+
+def invalid_value(args) -> str | None:
+    """The first tree-drafting setting that is not a positive integer, as SGLang resolved it."""
+    if str(getattr(args, "speculative_algorithm", None) or "").upper() not in _EAGLE_ALGOS:
+        return None
+    for flag, attr in _POSITIVE:
+        value = getattr(args, attr, None)
+        if value is None:
+            continue  # not set and not defaulted: SGLang's own business
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{flag} {value!r} is invalid for speculative decoding: it must be a positive integer."
+    return None
+
+
 def spec_args_hook(original, args):
     """AROUND hook for ``ServerArgs._handle_speculative_decoding``."""
     reason = refusal(args)
     if reason:
         raise ValueError(f"[sglang-eagle-paged] {reason}")
+    result = _sglang_check(original, args)
+    problem = invalid_value(args)  # after SGLang filled in its defaults
+    if problem:
+        raise ValueError(f"[sglang-eagle-paged] {problem}")
+    return result
+
+
+def _sglang_check(original, args):
     masked = _paged_tree(args) and args.attention_backend in extra_allowed()
     if not masked:
         return original(args)

@@ -131,6 +131,27 @@ def test_backend_chosen_by_sglang_is_kept(monkeypatch):
     assert a.attention_backend == "fa3"
 
 
+@pytest.mark.parametrize("attr,flag,value", [
+    ("page_size", "--page-size", 0), ("page_size", "--page-size", -16),
+    ("speculative_eagle_topk", "--speculative-eagle-topk", 0), ("speculative_num_steps", "--speculative-num-steps", 0),
+    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens", -1),
+])
+def test_non_positive_tree_settings_refused_after_sglangs_defaults(attr, flag, value):
+    a = args(backend="fa3", topk=8, page=64)
+    a.speculative_num_steps, a.speculative_num_draft_tokens = 5, 64
+    setattr(a, attr, value)
+    with pytest.raises(ValueError, match=f"{flag} {value} is invalid"):
+        gate.spec_args_hook(Original(), a)
+
+
+def test_valid_and_unset_tree_settings_pass():
+    a = args(backend="fa3", topk=8, page=64)
+    a.speculative_num_steps, a.speculative_num_draft_tokens = 5, None
+    assert gate.spec_args_hook(Original(), a) == "done"
+    n = args(backend="fa3", algo=None, page=0)  # no speculation: not ours to judge
+    assert gate.spec_args_hook(Original(), n) == "done"
+
+
 # --- real ServerArgs on CPU -------------------------------------------------------------------
 
 SCRIPT = r"""
@@ -139,7 +160,8 @@ import sglang_eagle_paged
 from sglang.srt.server_args import ServerArgs
 tb = pathlib.Path(sglang_eagle_paged.__file__).parent / "testbed"
 CASES = [("triton", 8, 64), ("triton", 1, 64), ("triton", 8, 1), ("fa3", 8, 64), ("flashinfer", 8, 64),
-         ("flashmla", 8, 64), ("flashmla", 1, 64), ("cutlass_mla", 8, 128), ("cutlass_mla", 1, 128)]
+         ("flashmla", 8, 64), ("flashmla", 1, 64), ("cutlass_mla", 8, 128), ("cutlass_mla", 1, 128),
+         ("fa3", 8, 0), ("fa3", 0, 64)]
 
 def build(backend, topk, page):
     try:
@@ -179,6 +201,12 @@ def real():
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, p.stdout + p.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_real_non_positive_values_pass_stock_sglang_and_are_refused_with_plugin(real):
+    assert real["stock"]["fa3-8-0"]["ok"] and real["stock"]["fa3-0-64"]["ok"]  # SGLang accepts them
+    assert "--page-size 0 is invalid" in real["ours"]["fa3-8-0"]["error"]
+    assert "--speculative-eagle-topk 0 is invalid" in real["ours"]["fa3-0-64"]["error"]
 
 
 def test_real_triton_refused_by_stock_sglang(real):
