@@ -56,8 +56,8 @@ def refusal(args) -> str | None:
     return None
 
 
-# SGLang 0.5.12 builds ServerArgs with any of these at 0 or below and fails only once
-# serving (a division by zero, an empty tree, a kernel's assertion): say so at start-up.
+# SGLang 0.5.12 builds ServerArgs with any of these at 0 or below (and then fails somewhere
+# later, at best); refusing them while parsing arguments names the flag.
 _POSITIVE = (("--page-size", "page_size"), ("--speculative-eagle-topk", "speculative_eagle_topk"),
              ("--speculative-num-steps", "speculative_num_steps"),
              ("--speculative-num-draft-tokens", "speculative_num_draft_tokens"))
