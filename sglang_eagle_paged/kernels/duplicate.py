@@ -59,6 +59,11 @@ class KVBufferTable:
     elem_bytes: int
     row_elems_max: int
     keys: tuple               # (data_ptr, row_bytes) per buffer, to detect a rebuilt pool
+    block_p: int = 0          # launch shape, fixed per table: nothing left to decide per call
+    block_e: int = 0
+
+    def __post_init__(self):
+        self.block_p, self.block_e = _block_sizes(self.row_elems_max)
 
     @classmethod
     def from_buffers(cls, buffers: Sequence[torch.Tensor]) -> "KVBufferTable":
@@ -109,8 +114,8 @@ def duplicate_kv_pairs(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: tor
     n = tgt_loc.numel()
     if n == 0:
         return
-    block_p, block_e = _block_sizes(table.row_elems_max)
-    grid = (triton.cdiv(n, block_p), table.ptrs.numel())
+    block_p, block_e = table.block_p, table.block_e
+    grid = (triton.cdiv(n, block_p), len(table.keys))
     _duplicate_kv_kernel[grid](
         table.ptrs,
         table.row_elems,
