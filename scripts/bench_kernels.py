@@ -295,6 +295,48 @@ def bench_preprocess(shapes, steps, gen):
     return rows
 
 
+def _expand_inputs(bs, topk, steps, page, gen):
+    """FA3's tree-draft expand inputs as the draft step builds them: each branch's drafts
+    start last_page_len slots into its own first page and run on for `steps` slots."""
+    last = torch.randint(0, page, (bs,), generator=gen)
+    first_pages = torch.randperm(1 << 16, generator=gen)[: bs * topk].view(bs, topk) + 1
+    loc = (first_pages[:, :, None] * page + last[:, None, None] + torch.arange(steps)[None, None, :])
+    return last.to(DEV), loc.view(bs * topk, steps).to(DEV)
+
+
+def bench_fa3_expand(shapes, gen):
+    """FA3's torch.compile'd draft_decode_set_expand_metadata vs our one launch (opt-in)."""
+    from sglang.srt.layers.attention import flashattention_backend as fa3
+
+    from sglang_eagle_paged.kernels.expand_metadata import expand_draft_page_table
+
+    compiled = fa3.draft_decode_set_expand_metadata
+    # On a CPU, calling the compiled function would build C++ with inductor: use its
+    # eager original there (the comparison of outputs is what matters on a CPU).
+    sglang_fn = compiled if DEV == "cuda" else getattr(compiled, "_torchdynamo_orig_callable", compiled)
+    rows = []
+    for bs, topk, steps, page in shapes:
+        last, loc = _expand_inputs(bs, topk, steps, page, gen)
+        decode_length = steps // 2 + 1
+
+        def buffers():
+            return (torch.zeros(bs * topk, dtype=torch.int32, device=DEV),
+                    torch.full((bs * topk, steps), -7, dtype=torch.int32, device=DEV))
+
+        a, b = buffers(), buffers()
+        row = dict(bs=bs, topk=topk, steps=steps, page=page)
+        row["upstream_first_call_ms"] = round(first_call_ms(
+            lambda: sglang_fn(a[0], a[1], last, decode_length, loc, topk, page)), 2)  # Dynamo compile
+        row["ours_first_call_ms"] = round(first_call_ms(
+            lambda: expand_draft_page_table(b[0], b[1], last, decode_length, loc, topk, page)), 2)
+        row["identical"] = bool(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]))
+        for name, fn in (("upstream", lambda: sglang_fn(a[0], a[1], last, decode_length, loc, topk, page)),
+                         ("ours", lambda: expand_draft_page_table(b[0], b[1], last, decode_length, loc, topk, page))):
+            row.update(prefixed(name, measure(fn, f"fa3 expand bs{bs} k{topk} s{steps} p{page} {name}")))
+        rows.append(row)
+    return rows
+
+
 def d2d_bandwidth():
     if DEV != "cuda":
         return None
@@ -371,6 +413,16 @@ def markdown(res) -> str:
     for r in res["preprocess"]:
         for p, name in (("upstream", "SGLang"), ("ours", "ours")):
             out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {name} | {timing_cells(r, p)} | {r[f'{p}_syncs']} |")
+    if res.get("fa3_expand"):
+        out += ["", "## FA3 tree-draft expand metadata (`SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)", "",
+                "SGLang's `draft_decode_set_expand_metadata` (torch.compile, dynamic) vs our one Triton launch, "
+                "same inputs; first call includes compilation.", "",
+                f"| bs | topk | steps | page | implementation | {TIMING_HEAD} | first call ms | identical outputs |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["fa3_expand"]:
+            for p, name in (("upstream", "SGLang (torch.compile)"), ("ours", "ours")):
+                out.append(f"| {r['bs']} | {r['topk']} | {r['steps']} | {r['page']} | {name} | {timing_cells(r, p)} "
+                           f"| {r[f'{p}_first_call_ms']} | {r['identical']} |")
     if res.get("capture_failures"):
         out += ["", "Graph captures that failed:", ""] + [f"- {k}: `{v}`" for k, v in res["capture_failures"].items()]
     return "\n".join(out) + "\n"
@@ -429,6 +481,7 @@ def main():
     if DEV == "cpu":
         shapes, layers, heads, hd, slots = [(2, 16, 4)], [1], 1, 8, 1 << 12
         a_bs, p_shapes = [2], [(2, 16, 4)]
+        x_shapes = [(2, 4, 3, 16)]
     else:
         shapes = [(1, 64, 8), (8, 64, 8), (64, 64, 8), (64, 128, 8), (256, 128, 8), (1, 16, 2), (64, 16, 4),
                   (128, 256, 10), (256, 256, 10)]
@@ -436,6 +489,7 @@ def main():
             shapes = shapes[:5]
         layers, heads, hd, slots = [1, 4], 8, 128, 1 << 21
         a_bs, p_shapes = [1, 8, 64, 256], [(1, 64, 8), (16, 64, 8), (64, 64, 8), (64, 128, 8), (128, 16, 4)]
+        x_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (48, 8, 5, 64), (48, 8, 5, 128), (32, 4, 3, 16)]
     res = dict(device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (Triton interpreter)",
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
                versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
@@ -444,6 +498,10 @@ def main():
     res["copy"] = bench_copy(shapes, layers, heads, hd, slots, gen)
     res["assign"] = bench_assign(a_bs, 64, 8, 5, gen)
     res["preprocess"] = bench_preprocess(p_shapes, 5, gen)
+    try:
+        res["fa3_expand"] = bench_fa3_expand(x_shapes, gen)
+    except ImportError as exc:  # SGLang's FA3 backend module did not import here
+        res["fa3_expand_skipped"] = f"{type(exc).__name__}: {exc}"
     res["capture_failures"] = CAPTURE_FAILURES
     with open(os.path.join(args.out, "kernels.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -106,3 +106,5 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     assert res["empty_triton_device_na"] == "cpu"
     assert {"ours_device_us", "upstream_device_us", "ours_host_us"} <= set(res["copy"][0])
     assert "n/a (cpu)" in (tmp_path / "kernels.md").read_text()
+    # FA3's expand metadata: ours and SGLang's (eager on a CPU) wrote the same tables
+    assert res["fa3_expand"][0]["identical"] is True and res["fa3_expand"][0]["ours_wall_us"] > 0
