@@ -2,7 +2,8 @@
 # Device call 2 (machine warm from call 1): FA3 add-on, then the Llama-3-8B-shaped dummy
 # pair (random weights: cost per step at a realistic size; acceptance means nothing there)
 # through stock sglang.launch_server, ours vs SGLang's built-in at page 1/64/128, plus a
-# torch profile of page 1 and page 64.
+# torch profile of page 1 and page 64. Resumable: results accumulate in /tmp/large, so a second
+# call with the same command measures the second group (three 8B servers take ~3 min to start).
 # carry: .devbundle/fa3.part00 .devbundle/fa3.sha256 .devbundle/install.sh .devbundle/extra .whl
 set -uo pipefail
 export PYTHONUNBUFFERED=1
