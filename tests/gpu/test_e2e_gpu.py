@@ -5,7 +5,8 @@
 One server per configuration, all on the same MT-bench prompts, greedy. Results
 (acceptance, throughput, every output) go to $E2E_OUT/e2e.json for the report.
 E2E_SET picks the configurations: "core" (default) or "extended" (adds more);
-E2E_CONCURRENCY starts that many servers together; E2E_PROFILE names configurations to profile.
+E2E_ONLY keeps the named configurations of the set; E2E_CONCURRENCY starts that many servers
+together; E2E_PROFILE names configurations to profile.
 """
 
 import json
@@ -26,6 +27,9 @@ from sglang_eagle_paged.bench.e2e import testbed_sets as _testbed_sets  # noqa: 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
 BACKEND = os.environ.get("E2E_BACKEND", "fa3")
 CONFIGS = _testbed_sets(BACKEND)[os.environ.get("E2E_SET", "core")]
+if os.environ.get("E2E_ONLY"):  # a subset of the set, e.g. what an earlier run did not reach
+    _only = set(os.environ["E2E_ONLY"].split(","))
+    CONFIGS = [c for c in CONFIGS if c.name in _only]
 NAMES = {c.name for c in CONFIGS}
 
 # Acceptance at page N may differ from page 1 only by the run-to-run noise of
