@@ -124,6 +124,7 @@ def test_greedy_agreement_with_non_speculative(results, name):
     non-speculative run's top-2 logprob gap at the diverging token is a near-tie;
     corrupted KV would diverge on clear winners too.
     """
+    _need("nospec_p1")
     _acc(results, "nospec_p1")
     _acc(results, name)
     ref = results["nospec_p1"]
