@@ -11,7 +11,7 @@ bash scripts/device/setup.sh $OUT/log.txt || exit 1
 source /tmp/site/.devbundle/env.sh
 [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-timeout -s INT ${LARGE_S:-500} python3 -m sglang_eagle_paged.bench.e2e --set large \
+timeout -s INT ${LARGE_S:-460} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-48} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
   --warmup 8 --concurrency 3 --mem-fraction 0.88 --max-total-tokens 65536 --profile on_p1,on_p64,on_p64_fa3x \
