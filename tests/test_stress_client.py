@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,26 +19,17 @@ pytest.importorskip("requests")
 
 from sglang_eagle_paged.bench import stress  # noqa: E402
 from sglang_eagle_paged.bench.e2e import RunConfig, agreement  # noqa: E402
-from test_bench_mtbench import QUESTIONS  # noqa: E402
+from test_bench_mtbench import QUESTIONS, FakeSGLang  # noqa: E402
 
 BOS = 1
 
 
-class FakeStressSGLang(BaseHTTPRequestHandler):
+class FakeStressSGLang(FakeSGLang):
+    """The MT-bench fake's plumbing (quiet log, JSON replies) with the endpoints stress.py uses."""
+
     vocab: dict = {}
     lock = threading.Lock()
     state: dict = {}
-
-    def log_message(self, *a):
-        pass
-
-    def _json(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         st = self.state
