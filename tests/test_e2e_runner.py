@@ -182,6 +182,9 @@ def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     assert [c.name for c in seen["configs"]] == ["on_p1", "off_p64"]
     assert seen["load_format"] == "dummy" and seen["concurrency"] == 4 and seen["profile"] == ["on_p1"]
     assert seen["ignore_eos"] and seen["out_json"] == str(tmp_path / "e2e.json")
+    assert seen["profile_stack"] is True
+    e2e.main(["--set", "core", "--target", "T", "--draft", "D", "--out", str(tmp_path), "--profile-no-stack"])
+    assert seen["profile_stack"] is False
 
 
 def test_triton_variants_counts_only_named_kernel_files(tmp_path):

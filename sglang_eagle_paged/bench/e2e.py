@@ -136,7 +136,7 @@ def _warmup_questions(questions: list[dict], n: int) -> list[dict]:
 
 def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions, warmup_questions,
              parallel: int, max_new_tokens: int, ignore_eos: bool, parallel1_questions: int,
-             profile_dir: str | None) -> None:
+             profile_dir: str | None, profile_stack: bool = True) -> None:
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
     if warmup_questions:
         # Two batch mixes: JIT compiles of SGLang's per-batch-size kernels (and any of
@@ -164,10 +164,15 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
 
         out = Path(profile_dir) / cfg.name
         drive = lambda: run_benchmark(server.base_url, questions[:parallel], parallel=parallel, **bench_kw)  # noqa: E731
-        trace = profile.capture(server.base_url, str(out), num_steps=PROFILE_STEPS, drive=drive)
+        trace = profile.capture(server.base_url, str(out), num_steps=PROFILE_STEPS, drive=drive,
+                                with_stack=profile_stack)
         if trace is not None:
-            # top 150: deep enough that our own preprocess shows among SGLang's functions
-            record["profile"] = profile.summarize_trace(trace, top=150)  # counts its whole steps itself
+            # top 150: deep enough that our own preprocess shows among SGLang's functions. With
+            # stacks the summary counts its whole steps itself; without, it cannot (no Python
+            # frames), and the trace holds PROFILE_STEPS - 1 whole steps.
+            record["profile"] = profile.summarize_trace(trace, top=150,
+                                                        steps=None if profile_stack else PROFILE_STEPS - 1)
+            record["profile"]["with_stack"] = profile_stack
 
 
 # Forward steps the profiler records per profiled server: enough to average over
@@ -247,7 +252,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
-                profile_dir: str | None = None) -> dict:
+                profile_dir: str | None = None, profile_stack: bool = True) -> dict:
     """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`)."""
     all_questions = load_questions(question_file, None)
     questions = all_questions[:num_questions]
@@ -275,7 +280,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
             _measure(server, cfgs[name], record, cache_dirs[name], questions=questions,
                      warmup_questions=warmup_questions, parallel=parallel, max_new_tokens=max_new_tokens,
                      ignore_eos=ignore_eos, parallel1_questions=parallel1_questions,
-                     profile_dir=profile_dir if name in profile else None)
+                     profile_dir=profile_dir if name in profile else None, profile_stack=profile_stack)
 
         def done(name, record):
             results[name] = record
@@ -373,6 +378,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-total-tokens", type=int, default=131072)
     p.add_argument("--mem-fraction", type=float, default=0.5)
     p.add_argument("--profile", default="", help="comma-separated names to profile after measuring")
+    p.add_argument("--profile-no-stack", action="store_true",
+                   help="profile without Python stacks: op and kernel times undistorted by stack tracing")
     p.add_argument("--question-file")
     a = p.parse_args(argv)
     configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
@@ -385,7 +392,8 @@ def main(argv=None) -> int:
                 max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, load_format=a.load_format,
                 question_file=a.question_file, warmup=a.warmup, concurrency=a.concurrency,
                 ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
-                profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"))
+                profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"),
+                profile_stack=not a.profile_no_stack)
     return 0
 
 

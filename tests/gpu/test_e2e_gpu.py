@@ -6,7 +6,7 @@ One server per configuration, all on the same MT-bench prompts, greedy. Results
 (acceptance, throughput, every output) go to $E2E_OUT/e2e.json for the report.
 E2E_SET picks the configurations: "core" (default) or "extended" (adds more);
 E2E_ONLY keeps the named configurations of the set; E2E_CONCURRENCY starts that many servers
-together; E2E_PROFILE names configurations to profile.
+together; E2E_PROFILE names configurations to profile (E2E_PROFILE_STACK=0: without Python stacks).
 """
 
 import json
@@ -77,6 +77,7 @@ def results():
         concurrency=int(os.environ.get("E2E_CONCURRENCY", "1")),
         profile=[n for n in os.environ.get("E2E_PROFILE", "").split(",") if n],
         profile_dir=str(out / "profiles"),
+        profile_stack=os.environ.get("E2E_PROFILE_STACK", "1") != "0",
     )
 
 
