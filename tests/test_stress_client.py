@@ -342,8 +342,8 @@ def test_run_group_records_resumes_and_keeps_going(fake, tmp_path):
     specs = [
         stress.ServerSpec(RunConfig("a_on", page_size=128, extra=["--tp", "2", "--log-level", "info"]),
                           target="T", draft="D", port=31000, max_total_tokens=12288),
-        stress.ServerSpec(RunConfig("b_nospec", algorithm=None), target="T", draft="D", port=31020,
-                          max_total_tokens=65536, env={"X": "1"}),
+        stress.ServerSpec(RunConfig("b_nospec", algorithm=None, env={"X": "1"}), target="T", draft="D", port=31020,
+                          max_total_tokens=65536),
         stress.ServerSpec(RunConfig("c_dead"), target="T", draft="D", port=31040, max_total_tokens=4096),
     ]
     calls = []

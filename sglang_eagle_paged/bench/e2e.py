@@ -181,15 +181,13 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
 PROFILE_STEPS = 31
 
 
-def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens, mem_fraction, load_format,
-            startup_timeout, shared_gpu: bool):
-    # SGLang derives further ports from this one (gRPC adds 10000): stay low.
-    port = 30000 + 20 * i
-    args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeout: float, shared_gpu: bool,
+           launcher: Callable | None = None):
+    """The (not yet started) server of ``cfg`` with ``args``, its record, and its Triton cache dir."""
     if shared_gpu:
         # Idle servers wait on their sockets instead of spinning a core each while
         # another server on the same machine is being measured.
-        args.append("--sleep-on-idle")
+        args = args + ["--sleep-on-idle"]
     # A fresh Triton cache per server, so compiled variants can be counted.
     cache_dir = Path(log_dir) / "triton_cache" / cfg.name
     env = mode_env(cfg.mode)
@@ -198,9 +196,9 @@ def _launch(cfg: RunConfig, i: int, *, target, draft, log_dir, max_total_tokens,
     if cfg.backend == "triton":
         # SGLang refuses triton for topk > 1 with page > 1; the plugin allows it on request.
         env["SGLANG_EAGLE_PAGED_ALLOW_TRITON"] = "1"
-    server = ServerProcess(args, port=port, env=env, log_path=f"{log_dir}/{cfg.name}.log",
-                           startup_timeout=startup_timeout)
-    return server, {"config": asdict(cfg), "server_args": args}, cache_dir
+    log_path = f"{log_dir}/{cfg.name}.log"
+    server = (launcher or ServerProcess)(args, port=port, env=env, log_path=log_path, startup_timeout=startup_timeout)
+    return server, {"config": asdict(cfg), "server_args": args, "log": log_path}, cache_dir
 
 
 def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0) -> None:
@@ -269,10 +267,12 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
     for g in range(0, len(todo), group_size):
         cfgs, cache_dirs, launched = {}, {}, []
         for i, cfg in todo[g:g + group_size]:
-            server, record, cache_dirs[cfg.name] = _launch(
-                cfg, i, target=target, draft=draft, log_dir=log_dir, max_total_tokens=max_total_tokens,
-                mem_fraction=mem_fraction, load_format=load_format, startup_timeout=startup_timeout,
-                shared_gpu=group_size > 1)
+            # SGLang derives further ports from this one (gRPC adds 10000): stay low.
+            port = 30000 + 20 * i
+            args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+            server, record, cache_dirs[cfg.name] = launch(cfg, args, port=port, log_dir=log_dir,
+                                                          startup_timeout=startup_timeout,
+                                                          shared_gpu=group_size > 1)
             cfgs[cfg.name] = cfg
             launched.append((cfg.name, server, record))
 

@@ -9,6 +9,7 @@ the CPU (until tests/conftest.py honours REL_REPLAY, also set E2E_REPLAY=1 so it
 skip gpu tests). Every server's configuration is spelled out below.
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -46,8 +47,9 @@ EAGLE = dict(topk=8, steps=5, num_draft_tokens=64, backend="fa3")
 
 
 def _spec(cfg, port, max_total_tokens, *, target=TARGET, draft=DRAFT, mem_fraction=0.5, load_format=None, env=None):
+    cfg = dataclasses.replace(cfg, env={**cfg.env, **(env or {})})
     return stress.ServerSpec(cfg, target=target, draft=draft, port=port, max_total_tokens=max_total_tokens,
-                             mem_fraction=mem_fraction, load_format=load_format, env=env or {})
+                             mem_fraction=mem_fraction, load_format=load_format)
 
 
 # 1. KV pressure: 96 pages of 128 tokens for 48 requests of 500-1500 prompt tokens + 256 new.

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..e2e import RunConfig, serve_group, server_args
-from ..server import ServerProcess, mode_env
+from ..e2e import RunConfig, launch, serve_group, server_args
+from ..server import ServerProcess
 from .logs import scan_log_file
 
 
 @dataclass
 class ServerSpec:
-    """One server of a reliability run; every launch argument is explicit here or in ``cfg``."""
+    """One server of a reliability run; every launch argument is explicit here or in ``cfg``
+    (its environment too: ``cfg.env``)."""
 
     cfg: RunConfig
     target: str
@@ -23,7 +24,6 @@ class ServerSpec:
     max_total_tokens: int
     mem_fraction: float = 0.5
     load_format: str | None = None
-    env: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -49,22 +49,14 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
     arguments, the start-up time and :func:`scan_log` of the server's log; results are
     merged into ``out_json`` as they come, and names recorded without error are skipped.
     """
-    launcher = launcher or ServerProcess
     out_path = Path(out_json)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     todo = [s for s in specs if not (s.name in results and not results[s.name].get("error"))]
     launched = []
     for spec in todo:
-        args = spec.args()
-        if len(todo) > 1:
-            args.append("--sleep-on-idle")  # idle servers must not spin while another is measured
-        env = mode_env(spec.cfg.mode)
-        env["TRITON_CACHE_DIR"] = str(Path(log_dir) / "triton_cache" / spec.name)
-        env.update(spec.env)
-        log_path = Path(log_dir) / f"{spec.name}.log"
-        server = launcher(args, port=spec.port, env=env, log_path=str(log_path), startup_timeout=startup_timeout)
-        launched.append((spec.name, server, {"config": asdict(spec.cfg), "server_args": args,
-                                             "env": dict(spec.env), "log": str(log_path)}))
+        server, record, _ = launch(spec.cfg, spec.args(), port=spec.port, log_dir=log_dir,
+                                   startup_timeout=startup_timeout, shared_gpu=len(todo) > 1, launcher=launcher)
+        launched.append((spec.name, server, record))
 
     def measure(name, server, record):
         record.update(workloads[name](server.base_url))
