@@ -82,16 +82,17 @@ def _sentinels_to_dummy_slot(loc: torch.Tensor) -> torch.Tensor:
 def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
     """Duplicate draft KV through the pool's own ``move_kv_cache`` (the design card's call).
 
-    Plain MHA pools reach our kernel through the hook; wrapper pools (SWA, hybrid)
-    forward to their inner pools, and get sentinel-free locations they can translate.
+    Plain MHA pools reach our kernel through the hook, which checks their buffers once
+    (this runs every draft step); wrapper pools (SWA, hybrid) forward to their inner
+    pools, and get sentinel-free locations they can translate.
     """
-    if pool_buffers(pool) is not None:
+    if type(pool) is _mha_pool_class():
         if hook_installed["move_kv_cache"]:
             pool.move_kv_cache(mark_disjoint_pairs(tgt_loc), src_loc)
-        else:  # called outside a plugin-loaded process (benchmarks, tests)
-            duplicate_in_pool(pool, tgt_loc, src_loc)
-    else:
-        pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
+            return
+        if duplicate_in_pool(pool, tgt_loc, src_loc):  # outside a plugin-loaded process (benchmarks, tests)
+            return
+    pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
 
 
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
