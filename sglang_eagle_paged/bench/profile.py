@@ -393,10 +393,6 @@ def _f(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    return table(headers, list(rows))
-
-
 def _per_step(summary: dict) -> tuple[float, str]:
     steps = summary.get("steps")
     return (float(steps), "/step") if steps else (1.0, "")
@@ -407,7 +403,7 @@ def markdown(summary: dict, title: str) -> str:
     n, per = _per_step(summary)
     s = summary
     out = [f"## {title}\n\n"]
-    out.append(_table(
+    out.append(table(
         ["steps", "wall ms", "GPU busy ms", "GPU kernel ms", "kernels", "syncs", "sync ms"],
         [[_f(s.get("steps")), _f(s.get("wall_ms"), 2), _f(s.get("gpu_busy_ms"), 2),
           _f((s.get("gpu_total_us") or 0.0) / 1e3, 2), _f(s.get("gpu_kernel_count")),
@@ -428,7 +424,7 @@ def markdown(summary: dict, title: str) -> str:
     for heading, rows, headers, fmt in sections:
         if rows:
             out.append(f"\n### {heading}\n\n")
-            out.append(_table(headers, (fmt(r) for r in rows[:TABLE_ROWS])))
+            out.append(table(headers, (fmt(r) for r in rows[:TABLE_ROWS])))
     return "".join(out)
 
 
@@ -455,7 +451,7 @@ def compare_markdown(a: dict, b: dict, name_a: str, name_b: str) -> str:
                 _f(s.get("gpu_total_us", 0.0) / 1e3 / n, 3), _f(s.get("syncs", 0) / n, 2)]
 
     scale = "per step" if per_step else "total"
-    out.append(_table(
+    out.append(table(
         ["run", "steps", f"wall ms {scale}", f"GPU busy ms {scale}", f"kernel ms {scale}", f"syncs {scale}"],
         [[name_a, *overall(a, na)], [name_b, *overall(b, nb)]],
     ))
@@ -473,7 +469,7 @@ def compare_markdown(a: dict, b: dict, name_a: str, name_b: str) -> str:
             vb = _f(tb[k]) if k in tb else "0*"
             rows.append([k[:120], va, vb, _f(tb.get(k, 0.0) - ta.get(k, 0.0))])
         out.append(f"\n### {heading}, {unit}\n\n")
-        out.append(_table(["name", name_a, name_b, f"{name_b} - {name_a}"], rows))
+        out.append(table(["name", name_a, name_b, f"{name_b} - {name_a}"], rows))
     return "".join(out)
 
 
