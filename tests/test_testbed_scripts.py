@@ -97,6 +97,13 @@ def test_testbed_outputs(tiny_testbed):
         assert all(f.get_tensor(k).dtype == torch.bfloat16 for k in keys)
 
 
+def _tiny_llama(config_cls, **kw):
+    # one small layer: both draft tests need the same shape, only the vocab differs
+    return config_cls(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **kw)
+
+
 def test_draft_module_matches_hf_llama_layer():
     """The draft computes fc(cat(emb, h)) -> Llama decoder layer with an identity
     input_layernorm -> no final norm, like sglang's LlamaForCausalLMEagle."""
@@ -107,10 +114,7 @@ def test_draft_module_matches_hf_llama_layer():
 
     mt = _load_script("make_testbed")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                      max_position_embeddings=64)
+    cfg = _tiny_llama(LlamaConfig, vocab_size=64, max_position_embeddings=64)
     cfg._attn_implementation = "eager"
     draft = mt.build_draft_module(cfg).eval()
     for p in draft.parameters():
@@ -142,9 +146,7 @@ def test_chain_accept_matches_recompute():
 
     mt = _load_script("make_testbed")
     torch.manual_seed(1)
-    cfg = LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg = _tiny_llama(LlamaConfig, vocab_size=16)
     draft = mt.build_draft_module(cfg).eval()
     for p in draft.parameters():
         torch.nn.init.normal_(p, std=0.3)
