@@ -5,10 +5,7 @@
 # of the draft step on real pools, and the Llama-3-8B-shaped dummy models for call 2.
 # carry: .devbundle/core.tar .devbundle/install.sh .devbundle/extra .devbundle/examples
 #        .devbundle/make_dummy_models.py .whl
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-bash scripts/device/setup.sh $OUT/log.txt || exit 1
-source /tmp/site/.devbundle/env.sh
+source scripts/device/prelude.sh
 python3 .devbundle/make_dummy_models.py /tmp/models --shape llama3-8b >> $OUT/log.txt 2>&1
 echo "dummy models rc=$?" | tee -a $OUT/log.txt
 R=$OUT/core; mkdir -p $R

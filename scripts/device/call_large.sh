@@ -5,12 +5,8 @@
 # torch profile of page 1 and page 64. Resumable: results accumulate in /tmp/large, so a second
 # call with the same command measures the second group (three 8B servers take ~3 min to start).
 # carry: .devbundle/fa3.part00 .devbundle/fa3.sha256 .devbundle/install.sh .devbundle/extra .whl
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-bash scripts/device/setup.sh $OUT/log.txt || exit 1
-source /tmp/site/.devbundle/env.sh
+source scripts/device/prelude.sh
 [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
-pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 timeout -s INT ${LARGE_S:-460} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-48} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \

@@ -12,12 +12,7 @@
 #   REL_K="tp"                   3 servers (one TP=2), ~4 min
 #   REL_K="long32k"              2 dummy 8B servers, ~5 min (makes /tmp/models if missing)
 # Results accumulate in /tmp/reliability/reliability.json: the same call again resumes.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-bash scripts/device/setup.sh $OUT/log.txt || exit 1
-source /tmp/site/.devbundle/env.sh
-[ -d /tmp/testbed/target ] || cp -r sglang_eagle_paged/testbed /tmp/testbed
-pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+source scripts/device/prelude.sh
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
 export REL_LARGE_MODELS=${REL_LARGE_MODELS:-/tmp/models} REL_SOAK_S=${REL_SOAK_S:-150}
 mkdir -p $REL_OUT
