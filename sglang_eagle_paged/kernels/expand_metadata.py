@@ -48,6 +48,24 @@ def _floor_div(x, d: tl.constexpr):
     return tl.where(x - q * d < 0, q - 1, q)
 
 
+@triton.jit
+def _store_distinct_pages(page_table, pt_stride0, pt_stride1, pt_cols,
+                          cache_loc, cl_stride0, cl_stride1, row,
+                          page_size: tl.constexpr, STEPS: tl.constexpr, STEPS_POW2: tl.constexpr):
+    # One row of the expand page table; shared with .draft_decode_metadata's fused kernel.
+    s = tl.arange(0, STEPS_POW2)
+    live = s < STEPS
+    base = cache_loc + row * cl_stride0
+    loc = tl.load(base + s * cl_stride1, mask=live, other=0)
+    prev = tl.load(base + (s - 1) * cl_stride1, mask=live & (s > 0), other=0)
+    page = _floor_div(loc, page_size).to(tl.int32)
+    prev_page = _floor_div(prev, page_size).to(tl.int32)
+    first = live & ((s == 0) | (page != prev_page))  # first slot of each run
+    col = tl.cumsum(first.to(tl.int32), axis=0) - 1
+    tl.store(page_table + row * pt_stride0 + col.to(tl.int64) * pt_stride1, page,
+             mask=first & (col < pt_cols))
+
+
 @triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
 def _expand_draft_page_table_kernel(
     cache_seqlens,     # [n_lens] (any integer dtype; written)
@@ -78,17 +96,9 @@ def _expand_draft_page_table_kernel(
         tl.store(cache_seqlens + row * cs_stride, lpl + decode_length)
 
     if row < num_seqs:
-        s = tl.arange(0, STEPS_POW2)
-        live = s < STEPS
-        base = cache_loc + row * cl_stride0
-        loc = tl.load(base + s * cl_stride1, mask=live, other=0)
-        prev = tl.load(base + (s - 1) * cl_stride1, mask=live & (s > 0), other=0)
-        page = _floor_div(loc, page_size).to(tl.int32)
-        prev_page = _floor_div(prev, page_size).to(tl.int32)
-        first = live & ((s == 0) | (page != prev_page))  # first slot of each run
-        col = tl.cumsum(first.to(tl.int32), axis=0) - 1
-        tl.store(page_table + row * pt_stride0 + col.to(tl.int64) * pt_stride1, page,
-                 mask=first & (col < pt_cols))
+        _store_distinct_pages(page_table, pt_stride0, pt_stride1, pt_cols,
+                              cache_loc, cl_stride0, cl_stride1, row,
+                              page_size, STEPS, STEPS_POW2)
 
 
 def _check(cache_seqlens_int32, page_table, last_page_lens, cache_loc, topk, page_size):
