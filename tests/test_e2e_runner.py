@@ -5,6 +5,7 @@ device session from spending its minutes on a bookkeeping bug.
 """
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,37 @@ def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeyp
     assert "SGLANG_EAGLE_PAGED_ALLOW_TRITON" not in FakeServer.started[0].env
     for name in ("on_p1", "on_p16", "on_p64", "triton_on_p64"):
         assert not res[name].get("error") and res[name]["summary_parallel1"]["num_requests"] == 2
+
+
+def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_path, questions,
+                                                             fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+    both_lanes_busy = threading.Barrier(2, timeout=10)
+    real_measure = e2e._measure
+
+    def measure(server, cfg, *a, **kw):
+        if cfg.name in ("on_p1", "on_p16"):  # the first server of each GPU: only passes if they overlap
+            both_lanes_busy.wait()
+        return real_measure(server, cfg, *a, **kw)
+
+    monkeypatch.setattr(e2e, "_measure", measure)
+    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128)]
+    res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
+                          log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
+                          warmup=0, concurrency=4, gpus=2)
+    gpu_of = {s.name: s.args[s.args.index("--base-gpu-id") + 1] for s in FakeServer.started}
+    assert gpu_of == {"on_p1": "0", "on_p16": "1", "on_p64": "0", "on_p128": "1"}
+    assert {n: r["gpu"] for n, r in res.items()} == {n: int(g) for n, g in gpu_of.items()}
+    ev = FakeServer.events
+    assert max(ev.index(("ready", n)) for n in gpu_of) < min(ev.index(("stop", n)) for n in gpu_of)
+    # within a GPU, one server after the other
+    assert ev.index(("stop", "on_p1")) < ev.index(("stop", "on_p64"))
+    assert ev.index(("stop", "on_p16")) < ev.index(("stop", "on_p128"))
+    assert all(not r.get("error") and r["summary"]["num_requests"] == 2 for r in res.values())
+    assert json.loads((tmp_path / "e.json").read_text()).keys() == res.keys()
 
 
 def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811

@@ -6,5 +6,8 @@ export PYTHONUNBUFFERED=1
 bash scripts/device/setup.sh $OUT/log.txt || exit 1
 source /tmp/site/.devbundle/env.sh
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-# The testbed weights are in the tree only in the calls that carry them as tracked files.
-[ -d /tmp/testbed/target ] || [ ! -d sglang_eagle_paged/testbed/target ] || cp -r sglang_eagle_paged/testbed /tmp/testbed
+# The testbed weights travel (as tracked files) only in the calls that carry them; the other
+# calls have the configs and tokenizer alone, enough for --load-format dummy.
+[ -f /tmp/testbed/target/model.safetensors ] || [ ! -f sglang_eagle_paged/testbed/target/model.safetensors ] \
+  || { rm -rf /tmp/testbed && cp -r sglang_eagle_paged/testbed /tmp/testbed; }
+nvidia-smi -L

@@ -7,6 +7,7 @@ file as they come, so a later failure loses nothing already measured.
 """
 
 import json
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +33,12 @@ class RunConfig:
     env: dict = field(default_factory=dict)  # extra server environment, e.g. an A/B switch
 
 
+# A/B switches of SGLang's FA3 tree-draft metadata (fa3_metadata.py): the one-launch
+# expand builder, and the fused per-step replay.
+FA3_EXPAND = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}
+FA3_FUSED = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}
+
+
 def testbed_sets(backend: str = "fa3") -> dict:
     """Configurations of the GPU suite on the trained testbed pair, by set name."""
     b = backend
@@ -43,10 +50,12 @@ def testbed_sets(backend: str = "fa3") -> dict:
         RunConfig("off_p64", mode="off", page_size=64, backend=b),
     ]
     k4 = dict(topk=4, num_draft_tokens=16)
+    k1 = dict(topk=1, num_draft_tokens=6)
     oracle = dict(algorithm="STANDALONE", draft="target", topk=4, steps=3, num_draft_tokens=16)
-    fa3x = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}
+    fi = dict(backend="flashinfer")
+    tr = dict(backend="triton")
     extended = [  # most telling first: a cut-short run keeps these
-        RunConfig("on_p64_fa3x", page_size=64, backend=b, env=fa3x),
+        RunConfig("on_p64_fa3f", page_size=64, backend=b, env=FA3_FUSED),
         RunConfig("on_p128", page_size=128, backend=b),
         RunConfig("on_p16", page_size=16, backend=b),
         RunConfig("oracle_on_p1", page_size=1, backend=b, **oracle),
@@ -59,12 +68,27 @@ def testbed_sets(backend: str = "fa3") -> dict:
         RunConfig("on_p64_k4", page_size=64, backend=b, **k4),
         RunConfig("fake_p64_k4", mode="fake", page_size=64, backend=b, **k4),
         RunConfig("off_p64_k4", mode="off", page_size=64, backend=b, **k4),
-        RunConfig("triton_on_p1", page_size=1, backend="triton"),
-        RunConfig("triton_on_p64", page_size=64, backend="triton"),
-        RunConfig("on_p64_k1", page_size=64, backend=b, topk=1, steps=5),
+        RunConfig("on_p64_fa3x", page_size=64, backend=b, env=FA3_EXPAND),
+        RunConfig("on_p128_fa3f", page_size=128, backend=b, env=FA3_FUSED),
         RunConfig("on_p16_k4", page_size=16, backend=b, **k4),
+        RunConfig("on_p1_k1", page_size=1, backend=b, **k1),
+        RunConfig("on_p16_k1", page_size=16, backend=b, **k1),
+        RunConfig("on_p64_k1", page_size=64, backend=b, **k1),
         RunConfig("fake_p16", mode="fake", page_size=16, backend=b),
         RunConfig("off_p16", mode="off", page_size=16, backend=b),
+        # the other backends of the matrix (triton: opt-in, SGLang refuses it at topk > 1, page > 1)
+        RunConfig("triton_on_p1", page_size=1, **tr),
+        RunConfig("triton_on_p16", page_size=16, **tr),
+        RunConfig("triton_on_p64", page_size=64, **tr),
+        RunConfig("triton_on_p64_k4", page_size=64, **tr, **k4),
+        RunConfig("triton_on_p64_k1", page_size=64, **tr, **k1),
+        RunConfig("fi_on_p1", page_size=1, **fi),
+        RunConfig("fi_on_p16", page_size=16, **fi),
+        RunConfig("fi_on_p64", page_size=64, **fi),
+        RunConfig("fi_fake_p64", mode="fake", page_size=64, **fi),
+        RunConfig("fi_off_p64", mode="off", page_size=64, **fi),
+        RunConfig("fi_on_p64_k4", page_size=64, **fi, **k4),
+        RunConfig("fi_on_p64_k1", page_size=64, **fi, **k1),
     ]
     return {"core": core, "extended": core + extended}
 
@@ -72,17 +96,18 @@ def testbed_sets(backend: str = "fa3") -> dict:
 def large_set(backend: str = "fa3") -> list:
     """Cost per step at a realistic size (dummy weights: acceptance is not meaningful).
 
-    Ordered so that a first group of three holds page 1, ours and SGLang's built-in at
-    page 64: a call cut short still has the comparison that matters.
+    Ordered so that a cut-short run still has the comparisons that matter: page 1, ours
+    and SGLang's built-in at page 64, ours with the fused FA3 metadata.
     """
-    fa3x = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}
     return [
         RunConfig("on_p1", page_size=1, backend=backend),
         RunConfig("on_p64", page_size=64, backend=backend),
         RunConfig("off_p64", mode="off", page_size=64, backend=backend),
-        RunConfig("on_p64_fa3x", page_size=64, backend=backend, env=fa3x),
-        RunConfig("on_p128", page_size=128, backend=backend),
+        RunConfig("on_p64_fa3f", page_size=64, backend=backend, env=FA3_FUSED),
+        RunConfig("on_p128_fa3f", page_size=128, backend=backend, env=FA3_FUSED),
         RunConfig("off_p128", mode="off", page_size=128, backend=backend),
+        RunConfig("on_p64_fa3x", page_size=64, backend=backend, env=FA3_EXPAND),
+        RunConfig("on_p128", page_size=128, backend=backend),
     ]
 
 
@@ -201,16 +226,35 @@ def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeo
     return server, {"config": asdict(cfg), "server_args": args, "log": log_path}, cache_dir
 
 
-def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0) -> None:
-    """Start every ``(name, server, record)`` together, then ``measure`` each one alone.
+def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0,
+                lanes: Sequence[int] | None = None) -> None:
+    """Start every ``(name, server, record)`` together, then ``measure`` each one alone on its GPU.
 
     Start-up is mostly CPU-bound (imports, CUDA graph capture), so servers of a group
     start at once; every one is up before any is measured, so nothing else runs on
-    the GPU while one is timed. ``measure(name, server, record)`` fills the record
-    (its exceptions become the record's error), then the server is stopped and
-    ``done(name, record)`` called. All servers are stopped however this ends.
+    a GPU while one of its servers is timed. ``lanes`` gives each server's GPU: each
+    lane measures its servers one after another, lanes run side by side (one thread
+    each). ``measure(name, server, record)`` fills the record (its exceptions become
+    the record's error), then the server is stopped and ``done(name, record)`` called
+    (under a lock). All servers are stopped however this ends.
     """
     t0 = time.time()
+    lanes = list(lanes) if lanes is not None else [0] * len(launched)
+    lock = threading.Lock()
+
+    def run_lane(members):
+        for name, server, record in members:
+            t1 = time.time()
+            if not record.get("error"):
+                try:
+                    measure(name, server, record)
+                except Exception as exc:  # keep the group going; the test on this one fails
+                    record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+            server.stop()  # frees its GPU memory before the next is measured
+            record["wall_s"] = round(time.time() - t1, 1)
+            with lock:
+                done(name, record)
+
     try:
         for _, server, record in launched:
             try:
@@ -231,16 +275,17 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
             except Exception as exc:
                 record["error"] = f"{type(exc).__name__}: {exc}"
                 server.stop()
-        for name, server, record in launched:
-            t1 = time.time()
-            if not record.get("error"):
-                try:
-                    measure(name, server, record)
-                except Exception as exc:  # keep the group going; the test on this one fails
-                    record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-            server.stop()  # frees its GPU memory before the next is measured
-            record["wall_s"] = round(time.time() - t1, 1)
-            done(name, record)
+        by_lane = {}
+        for lane, entry in zip(lanes, launched):
+            by_lane.setdefault(lane, []).append(entry)
+        if len(by_lane) == 1:
+            run_lane(next(iter(by_lane.values())))
+        else:
+            threads = [threading.Thread(target=run_lane, args=(m,), name=f"lane-{k}") for k, m in by_lane.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
     finally:
         stop_all([server for _, server, _ in launched])
 
@@ -250,8 +295,12 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
-                profile_dir: str | None = None, profile_stack: bool = True) -> dict:
-    """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`)."""
+                profile_dir: str | None = None, profile_stack: bool = True, gpus: int = 1) -> dict:
+    """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`).
+
+    With ``gpus`` > 1 the servers of a group are dealt round-robin over the GPUs
+    (``--base-gpu-id``) and each GPU measures its own servers, side by side with the others.
+    """
     all_questions = load_questions(question_file, None)
     questions = all_questions[:num_questions]
     warmup_questions = _warmup_questions(all_questions, warmup)
@@ -265,16 +314,21 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
         out_path.write_text(json.dumps(results, indent=1))
 
     for g in range(0, len(todo), group_size):
-        cfgs, cache_dirs, launched = {}, {}, []
-        for i, cfg in todo[g:g + group_size]:
+        cfgs, cache_dirs, launched, lanes = {}, {}, [], []
+        for k, (i, cfg) in enumerate(todo[g:g + group_size]):
             # SGLang derives further ports from this one (gRPC adds 10000): stay low.
             port = 30000 + 20 * i
             args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+            gpu = k % max(1, gpus)
+            if gpus > 1:
+                args += ["--base-gpu-id", str(gpu)]
             server, record, cache_dirs[cfg.name] = launch(cfg, args, port=port, log_dir=log_dir,
                                                           startup_timeout=startup_timeout,
                                                           shared_gpu=group_size > 1)
+            record["gpu"] = gpu
             cfgs[cfg.name] = cfg
             launched.append((cfg.name, server, record))
+            lanes.append(gpu)
 
         def measure(name, server, record):
             _measure(server, cfgs[name], record, cache_dirs[name], questions=questions,
@@ -290,7 +344,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                   f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
 
         try:
-            serve_group(launched, measure, done)
+            serve_group(launched, measure, done, lanes=lanes)
         finally:
             for name, _, record in launched:
                 results.setdefault(name, record)  # interrupted before it was measured
@@ -374,6 +428,7 @@ def main(argv=None) -> int:
     p.add_argument("--parallel1-questions", type=int, default=0, help="also measure parallel 1 on this many")
     p.add_argument("--warmup", type=int, default=16)
     p.add_argument("--concurrency", type=int, default=1, help="servers started together")
+    p.add_argument("--gpus", type=int, default=1, help="spread each group over this many GPUs, measured side by side")
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--max-total-tokens", type=int, default=131072)
     p.add_argument("--mem-fraction", type=float, default=0.5)
@@ -393,7 +448,7 @@ def main(argv=None) -> int:
                 question_file=a.question_file, warmup=a.warmup, concurrency=a.concurrency,
                 ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
                 profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"),
-                profile_stack=not a.profile_no_stack)
+                profile_stack=not a.profile_no_stack, gpus=a.gpus)
     return 0
 
 

@@ -6,7 +6,7 @@ One server per configuration, all on the same MT-bench prompts, greedy. Results
 (acceptance, throughput, every output) go to $E2E_OUT/e2e.json for the report.
 E2E_SET picks the configurations: "core" (default) or "extended" (adds more);
 E2E_ONLY keeps the named configurations of the set; E2E_CONCURRENCY starts that many servers
-together; E2E_PROFILE names configurations to profile (E2E_PROFILE_STACK=0: without Python stacks).
+together; E2E_GPUS spreads them over that many GPUs, each measuring its own; E2E_PROFILE names configurations to profile (E2E_PROFILE_STACK=0: without Python stacks).
 """
 
 import json
@@ -46,11 +46,16 @@ SIDE_BY_SIDE = [
     ("on_p128", "off_p128", "on_p1", "fake_p128"),
     ("on_p64_k4", "off_p64_k4", "on_p1_k4", "fake_p64_k4"),
     ("oracle_on_p64", None, "oracle_on_p1", "oracle_fake_p64"),
+    ("fi_on_p64", "fi_off_p64", "fi_on_p1", "fi_fake_p64"),
 ]
 BUILTIN_OF = {ours: builtin for ours, builtin, _, _ in SIDE_BY_SIDE if builtin}
 PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
     ("on_p16_k4", "on_p1_k4"), ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"),
+    ("triton_on_p16", "triton_on_p1"), ("fi_on_p16", "fi_on_p1"), ("on_p16_k1", "on_p1_k1"),
+    ("on_p64_k1", "on_p1_k1"), ("on_p64_fa3f", "on_p1"), ("on_p128_fa3f", "on_p1"), ("on_p64_fa3x", "on_p1"),
 ]
+# The FA3 metadata switches (SGLANG_EAGLE_PAGED_FA3_EXPAND) against the same page size without them.
+FA3_SWITCHES = [("on_p64", "on_p64_fa3x"), ("on_p64", "on_p64_fa3f"), ("on_p128", "on_p128_fa3f")]
 
 
 def _need(*names):
@@ -75,6 +80,7 @@ def results():
         question_file=os.environ.get("E2E_QUESTION_FILE"),
         warmup=int(os.environ.get("E2E_WARMUP", "16")),
         concurrency=int(os.environ.get("E2E_CONCURRENCY", "1")),
+        gpus=int(os.environ.get("E2E_GPUS", "1")),
         profile=[n for n in os.environ.get("E2E_PROFILE", "").split(",") if n],
         profile_dir=str(out / "profiles"),
         profile_stack=os.environ.get("E2E_PROFILE_STACK", "1") != "0",
@@ -167,13 +173,15 @@ def test_fake_mode_lowers_acceptance(results, on_name, page1, fake_name):
     assert a_fake < a_on - margin
 
 
-def test_fa3_expand_replacement_changes_nothing_but_time(results):
-    """SGLANG_EAGLE_PAGED_FA3_EXPAND=1 swaps FA3's page-table builder for one launch: same tables."""
-    _need("on_p64", "on_p64_fa3x")
-    a, b = _acc(results, "on_p64"), _acc(results, "on_p64_fa3x")
-    agree = agreement(results["on_p64"]["outputs"], results["on_p64_fa3x"]["outputs"])
-    t0, t1 = (results[n]["summary"]["output_throughput"] for n in ("on_p64", "on_p64_fa3x"))
-    print(f"fa3 expand replacement: acceptance {b:.3f} vs {a:.3f}, outputs {agree['exact']}/{agree['compared']} "
+@pytest.mark.parametrize("base,switched", FA3_SWITCHES)
+def test_fa3_metadata_switch_changes_nothing_but_time(results, base, switched):
+    """SGLANG_EAGLE_PAGED_FA3_EXPAND (1: one-launch expand builder; fused: the whole draft
+    replay metadata) must write SGLang's tables: same outputs, same acceptance."""
+    _need(base, switched)
+    a, b = _acc(results, base), _acc(results, switched)
+    agree = agreement(results[base]["outputs"], results[switched]["outputs"])
+    t0, t1 = (results[n]["summary"]["output_throughput"] for n in (base, switched))
+    print(f"{switched} vs {base}: acceptance {b:.3f} vs {a:.3f}, outputs {agree['exact']}/{agree['compared']} "
           f"identical, throughput {t1:.0f} vs {t0:.0f} tok/s ({t1 / t0:.2f}x)")
     assert agree["rate"] >= 0.95 and abs(a - b) <= PARITY_TOL * a
 
