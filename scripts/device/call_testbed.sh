@@ -13,10 +13,19 @@ export SGLANG_EAGLE_PAGED_TEST_GPU=1 E2E_OUT=/tmp/e2e E2E_TARGET=/tmp/testbed/ta
 export E2E_SET=${E2E_SET:-extended} E2E_CONCURRENCY=${E2E_CONCURRENCY:-64} E2E_GPUS=${E2E_GPUS:-$GPUS}
 export E2E_PROFILE=${E2E_PROFILE:-} E2E_PROFILE_STACK=${E2E_PROFILE_STACK:-0}
 export E2E_QUESTIONS=${E2E_QUESTIONS:-24} E2E_MAX_NEW=${E2E_MAX_NEW:-128} E2E_WARMUP=${E2E_WARMUP:-6}
-mkdir -p $E2E_OUT
+mkdir -p $E2E_OUT /tmp/serve_default
+# The README's main job for GPU users, on the last GPU, while the suite's servers start (the suite
+# measures nothing until all of them are up): the embedded default pair, plugin on, MT-bench.
+( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 ))
+  timeout 300 python3 -m sglang_eagle_paged.cli serve-default --port 31000 --num-questions ${SD_QUESTIONS:-16} \
+    --max-total-tokens 131072 --mem-fraction-static 0.5 --no-progress --out /tmp/serve_default \
+    --log-file /tmp/serve_default/server.log > /tmp/serve_default/stdout.log 2>&1
+  echo "serve-default rc=$?" >> /tmp/serve_default/stdout.log ) &
 # A minute's margin before the call's 600 s limit: an interrupted suite stops its servers and packs.
 timeout -s INT ${SUITE_S:-500} python3 -m pytest -m gpu tests/gpu/test_e2e_gpu.py -q -rA -p no:cacheprovider \
   > $OUT/pytest.log 2>&1
 echo "suite rc=$?"; grep -E "^\[e2e\]|passed|failed|PASSED|FAILED|ERROR" $OUT/pytest.log | tail -80
+tail -30 /tmp/serve_default/stdout.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+(cd /tmp && tar czf $OUT/serve_default.tgz serve_default)
 (cd $E2E_OUT && tar czf $OUT/testbed_e2e.tgz --exclude=triton_cache --exclude='*.trace.json*' .)
