@@ -205,6 +205,58 @@ def bench_copy(shapes, layer_counts, heads, head_dim, slots, gen):
     return rows
 
 
+def compaction_pairs(bs, accepted, draft_tokens, slots, gen):
+    """The post-verify move of a paged tree: per request, accepted tree positions
+    (0 < a_1 < ...) of its draft-slot row onto the row's first positions (overlapping)."""
+    tgt, src = [], []
+    rows = torch.randperm(slots - 1, generator=gen)[: bs * draft_tokens].view(bs, draft_tokens) + 1
+    for i in range(bs):
+        n = int(accepted[i])
+        picks = torch.cat([torch.zeros(1, dtype=torch.int64),
+                           torch.randperm(draft_tokens - 1, generator=gen)[: n - 1].sort().values + 1])
+        src.append(rows[i, picks])
+        tgt.append(rows[i, :n])
+    return torch.cat(tgt).to(DEV), torch.cat(src).to(DEV)
+
+
+def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
+    """The target pool's move_kv_cache after a paged tree verify: SGLang's vs ours (staged).
+
+    SGLang's kernel takes next_power_of_2(pairs) as a constexpr: its first call at a new
+    bucket compiles. Both run on the same pool; each side gets its own copy of the pairs.
+    """
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    from sglang_eagle_paged.kernels import KVBufferTable
+    from sglang_eagle_paged.kernels.move_rows import move_kv_rows
+
+    pool = MHATokenToKVPool(slots, 64, torch.bfloat16, heads, head_dim, layers, DEV, False,
+                            enable_kv_cache_copy=True)
+    table = KVBufferTable.from_buffers(pool.k_buffer + pool.v_buffer)
+    row_bytes = heads * head_dim * 2
+    rows = []
+    for bs, draft_tokens, mean_accept in shapes:
+        accepted = torch.clamp(torch.poisson(torch.full((bs,), float(mean_accept)), generator=gen), 1,
+                               draft_tokens).long()
+        tgt, src = compaction_pairs(bs, accepted, draft_tokens, slots, gen)
+        n = tgt.numel()
+        row = dict(layers=layers, bs=bs, draft_tokens=draft_tokens, pairs=n)
+        row["upstream_first_call_ms"] = round(first_call_ms(lambda: pool.move_kv_cache(tgt, src)), 2)
+        row["ours_first_call_ms"] = round(first_call_ms(lambda: move_kv_rows(table, tgt, src)), 2)
+        for name, fn in (("upstream", lambda: pool.move_kv_cache(tgt, src)),
+                         ("ours", lambda: move_kv_rows(table, tgt, src))):
+            row.update(prefixed(name, measure(fn, f"verify move L{layers} bs{bs} n{n} {name}")))
+        basis = "device" if row["ours_device_us"] and row["upstream_device_us"] else "wall"
+        moved = 2 * 2 * layers * n * row_bytes
+        row.update(basis=basis, speedup=round(row[f"upstream_{basis}_us"] / row[f"ours_{basis}_us"], 1),
+                   ours_GBps=round(moved / row[f"ours_{basis}_us"] / 1e3, 1),
+                   upstream_GBps=round(moved / row[f"upstream_{basis}_us"] / 1e3, 1))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    del pool
+    return rows
+
+
 def bench_assign(bs_list, page, topk, steps, gen):
     from sglang.srt.speculative.spec_utils import assign_draft_cache_locs
     from sglang.srt.utils import next_power_of_2
@@ -423,6 +475,18 @@ def markdown(res) -> str:
             for p, name in (("upstream", "SGLang (torch.compile)"), ("ours", "ours")):
                 out.append(f"| {r['bs']} | {r['topk']} | {r['steps']} | {r['page']} | {name} | {timing_cells(r, p)} "
                            f"| {r[f'{p}_first_call_ms']} | {r['identical']} |")
+    if res.get("verify_move"):
+        out += ["", "## Post-verify KV move (`move_kv_cache` on the target pool, overlapping pairs)", "",
+                "After a paged tree verify SGLang moves each request's accepted tokens to the front of its "
+                "draft slots, in every layer of the target pool; ours: gather then scatter (same result, "
+                "tests/test_kernel_move_rows.py). First call at a new pair count includes SGLang's compile.", "",
+                f"| layers | bs | draft tokens | pairs | implementation | {TIMING_HEAD} | first call ms | vs SGLang | GB/s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["verify_move"]:
+            for p, name in (("upstream", "SGLang move_kv_cache"), ("ours", "ours (staged)")):
+                extra = f"{r['speedup']}x" if p == "ours" else ""
+                out.append(f"| {r['layers']} | {r['bs']} | {r['draft_tokens']} | {r['pairs']} | {name} | "
+                           f"{timing_cells(r, p)} | {r[f'{p}_first_call_ms']} | {extra} | {r[f'{p}_GBps']} |")
     if res.get("capture_failures"):
         out += ["", "Graph captures that failed:", ""] + [f"- {k}: `{v}`" for k, v in res["capture_failures"].items()]
     return "\n".join(out) + "\n"
@@ -482,6 +546,7 @@ def main():
         shapes, layers, heads, hd, slots = [(2, 16, 4)], [1], 1, 8, 1 << 12
         a_bs, p_shapes = [2], [(2, 16, 4)]
         x_shapes = [(2, 4, 3, 16)]
+        v_shapes, v_layers = [(3, 8, 2)], 2
     else:
         shapes = [(1, 64, 8), (8, 64, 8), (64, 64, 8), (64, 128, 8), (256, 128, 8), (1, 16, 2), (64, 16, 4),
                   (128, 256, 10), (256, 256, 10)]
@@ -490,6 +555,8 @@ def main():
         layers, heads, hd, slots = [1, 4], 8, 128, 1 << 21
         a_bs, p_shapes = [1, 8, 64, 256], [(1, 64, 8), (16, 64, 8), (64, 64, 8), (64, 128, 8), (128, 16, 4)]
         x_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (48, 8, 5, 64), (48, 8, 5, 128), (32, 4, 3, 16)]
+        # (bs, draft tokens, mean accepted): Llama-3-8B's 32 layers of 8 x 128 bf16
+        v_shapes, v_layers = [(1, 64, 2), (16, 64, 2), (16, 64, 4), (48, 64, 4), (48, 64, 6)], 32
     res = dict(device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (Triton interpreter)",
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
                versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
@@ -498,6 +565,7 @@ def main():
     res["copy"] = bench_copy(shapes, layers, heads, hd, slots, gen)
     res["assign"] = bench_assign(a_bs, 64, 8, 5, gen)
     res["preprocess"] = bench_preprocess(p_shapes, 5, gen)
+    res["verify_move"] = bench_verify_move(v_shapes, v_layers, heads, hd, min(slots, 1 << 16), gen)
     try:
         res["fa3_expand"] = bench_fa3_expand(x_shapes, gen)
     except ImportError as exc:  # SGLang's FA3 backend module did not import here

@@ -108,3 +108,6 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     assert "n/a (cpu)" in (tmp_path / "kernels.md").read_text()
     # FA3's expand metadata: ours and SGLang's (eager on a CPU) wrote the same tables
     assert res["fa3_expand"][0]["identical"] is True and res["fa3_expand"][0]["ours_wall_us"] > 0
+    # the post-verify move: overlapping pairs, both implementations timed
+    v = res["verify_move"][0]
+    assert v["pairs"] > 0 and v["ours_wall_us"] > 0 and v["upstream_wall_us"] > 0

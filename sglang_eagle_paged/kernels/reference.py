@@ -56,3 +56,11 @@ def duplicate_kv_pairs_ref(buffers, tgt_loc, src_loc) -> None:
     assert tgt.unique().numel() == tgt.numel(), "a slot is a duplication target twice"
     for buf in buffers:
         buf[tgt] = buf[src]
+
+
+def move_kv_rows_ref(buffers, tgt_loc, src_loc, chunk: int) -> None:
+    """SGLang's in-place-safe move: per chunk of ``chunk`` pairs, all reads before any write."""
+    for start in range(0, tgt_loc.numel(), chunk):
+        src, tgt = src_loc[start:start + chunk].long(), tgt_loc[start:start + chunk].long()
+        for buf in buffers:
+            buf[tgt] = buf[src].clone()

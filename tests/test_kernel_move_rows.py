@@ -1,0 +1,114 @@
+"""In-place-safe KV row moves (the post-verify compaction's ``move_kv_cache``): SGLang's results."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers.interpreter_order import ORDERS, capture_specializations, program_order  # noqa: E402
+from helpers.pools import make_pools  # noqa: E402
+from sglang_eagle_paged.kernels.duplicate import KVBufferTable  # noqa: E402
+from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel, move_kv_rows  # noqa: E402
+from sglang_eagle_paged.kernels.reference import move_kv_rows_ref  # noqa: E402
+from test_kernel_duplicate import randomize  # noqa: E402
+
+
+def pool_buffers(layers=2, head_num=2, head_dim=8, dtype=torch.bfloat16, size=512, seed=0):
+    pools = make_pools(page_size=16, size=size, head_num=head_num, head_dim=head_dim, layer_num=layers, dtype=dtype)
+    buffers = list(pools.kv_pool.k_buffer) + list(pools.kv_pool.v_buffer)
+    randomize(buffers, torch.Generator().manual_seed(seed))
+    return pools.kv_pool, buffers
+
+
+def compaction_pairs(seq_lens, accepted, draft_tokens, page_size, gen):
+    """What eagle_info's paged verify moves: per request, the accepted tree positions
+    (0 < a_1 < a_2 ...) of its draft-slot row onto the row's first positions."""
+    tgt, src = [], []
+    slots = torch.randperm(4000, generator=gen)[: len(seq_lens) * draft_tokens] + 16
+    for i, n_acc in enumerate(accepted):
+        row = slots[i * draft_tokens:(i + 1) * draft_tokens]
+        picks = torch.cat([torch.tensor([0]), torch.randperm(draft_tokens - 1, generator=gen)[: n_acc - 1].sort().values + 1])
+        src.append(row[picks])
+        tgt.append(row[: n_acc])
+    return torch.cat(tgt), torch.cat(src)
+
+
+def expected_after(buffers, tgt, src, chunk=256):
+    ref = [b.clone() for b in buffers]
+    move_kv_rows_ref(ref, tgt, src, chunk)
+    return ref
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compaction_equals_sglang_native_move(seed):
+    """Overlapping pairs as the paged verify makes them: same bytes as SGLang's own torch path."""
+    pool, buffers = pool_buffers(size=4096, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    accepted = torch.randint(1, 7, (9,), generator=gen).tolist()
+    tgt, src = compaction_pairs([0] * 9, accepted, draft_tokens=16, page_size=16, gen=gen)
+    assert bool(torch.isin(tgt, src).any()) or seed > 0  # overlap is the point (seed 0 has it)
+    from sglang.srt.mem_cache.memory_pool import move_kv_cache_native
+
+    want_k = [b.clone() for b in pool.k_buffer]
+    want_v = [b.clone() for b in pool.v_buffer]
+    move_kv_cache_native(want_k, want_v, tgt, src)
+    move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src)
+    for got, want in zip(buffers, want_k + want_v):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_swaps_and_cycles_read_before_write_in_any_program_order(order):
+    """A cycle (a->b, b->c, c->a) needs every read before any write; a one-pass copy breaks it."""
+    _, buffers = pool_buffers(layers=1, seed=3)
+    src = torch.tensor([10, 11, 12, 20, 21, 40])
+    tgt = torch.tensor([11, 12, 10, 21, 20, 41])
+    want = expected_after(buffers, tgt, src)
+    with program_order(order):
+        move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
+
+
+def test_chunks_run_in_order_like_sglang():
+    """Past 256 pairs SGLang moves chunk after chunk: a later chunk reads what an earlier one wrote."""
+    _, buffers = pool_buffers(layers=1, size=1024, seed=5)
+    src = torch.arange(100, 100 + 300)
+    tgt = torch.arange(500, 500 + 300)
+    src[270] = 510  # chunk 2 reads a slot chunk 1 writes (pair 10's target)
+    want = expected_after(buffers, tgt, src, chunk=256)
+    all_at_once = expected_after(buffers, tgt, src, chunk=10_000)
+    assert not all(torch.equal(a, b) for a, b in zip(want, all_at_once))  # the case tells them apart
+    move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype,head_dim", [(torch.bfloat16, 8), (torch.float32, 3), (torch.uint8, 5)])
+def test_row_widths_and_untouched_rows(dtype, head_dim):
+    _, buffers = pool_buffers(layers=3, head_dim=head_dim, dtype=dtype, seed=7)
+    tgt, src = torch.tensor([30, 31, 7]), torch.tensor([31, 30, 99])
+    want = expected_after(buffers, tgt, src)
+    move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))  # also: nothing else changed
+
+
+def test_pair_count_never_compiles_a_new_variant():
+    _, buffers = pool_buffers(layers=1, seed=1)
+    table = KVBufferTable.from_buffers(buffers)
+    with capture_specializations(_stage_rows_kernel) as specs:
+        for n in (1, 3, 17, 64, 100):
+            move_kv_rows(table, torch.arange(200, 200 + n), torch.arange(n))
+    # a gather and a scatter launch per move; the pair count never enters the specialisation
+    assert len(specs) == 10 and len({str(s) for s in specs}) == 2, specs
+
+
+def test_empty_and_mismatched():
+    _, buffers = pool_buffers(layers=1)
+    table = KVBufferTable.from_buffers(buffers)
+    move_kv_rows(table, torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64))
+    with pytest.raises(ValueError):
+        move_kv_rows(table, torch.tensor([1, 2]), torch.tensor([3]))
