@@ -89,3 +89,20 @@ def resolve(target: str):
     import pkgutil
 
     return pkgutil.resolve_name(target)
+
+
+def kv_move_chunk(pool) -> int | None:
+    """Pairs per chunk of SGLang's in-place-safe ``move_kv_cache`` on ``pool``, or None
+    where SGLang would not use that kernel (its torch path was asked for, or the pool
+    was built without the copy configuration): those calls keep SGLang's method."""
+    cfg = getattr(pool, "_kv_copy_config", None)
+    if cfg is None:
+        return None
+    try:
+        from sglang.srt.environ import envs
+
+        if envs.SGLANG_NATIVE_MOVE_KV_CACHE.get():
+            return None
+    except (ImportError, AttributeError):
+        pass
+    return int(cfg.get("num_locs_upper", 256))

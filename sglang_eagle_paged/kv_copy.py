@@ -1,17 +1,24 @@
-"""Backs ``MHATokenToKVPool.move_kv_cache`` with the one-launch duplication kernel.
+"""Backs ``MHATokenToKVPool.move_kv_cache`` with our kernels.
 
-Only pair buffers produced by the tree-draft assignment are routed to our kernel:
-those are disjoint by construction (no target is also a source) and padded with
-sentinels. Every other caller (e.g. the post-verify compaction in
-``eagle_info.py``, whose targets can be other pairs' sources) keeps SGLang's own
-in-place-safe implementation, untouched.
+- Pair buffers produced by the tree-draft assignment (tagged by the worker) go to
+  the one-launch duplication kernel: they are disjoint by construction (no target
+  is also a source) and padded with sentinels.
+- Every other call on a plain MHA pool (the post-verify compaction of a paged
+  tree in ``eagle_info.py``, whose targets can be other pairs' sources) goes to
+  :func:`.kernels.move_rows.move_kv_rows`: SGLang's in-place-safe semantics
+  (per chunk of 256 pairs, every read before any write), without SGLang's Triton
+  compile for every new power-of-two pair count, mid-serving.
+- Other pool types, SGLANG_NATIVE_MOVE_KV_CACHE, and pools built without SGLang's
+  copy configuration keep SGLang's own method.
 """
 
 import functools
 
 import torch
 
+from . import compat
 from .kernels import KVBufferTable, duplicate_kv_pairs
+from .kernels.move_rows import move_kv_rows
 
 # Attribute set on the target tensor by the worker. A tensor attribute rather than
 # a global registry: it dies with the tensor and cannot match a reused address.
@@ -101,4 +108,9 @@ def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
         if duplicate_in_pool(pool, tgt_loc, src_loc):
             return None
         return original(pool, _sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
-    return original(pool, tgt_loc, src_loc)
+    chunk = compat.kv_move_chunk(pool)
+    buffers = pool_buffers(pool) if chunk else None
+    if buffers is None:
+        return original(pool, tgt_loc, src_loc)
+    move_kv_rows(buffer_table(pool, buffers), tgt_loc, src_loc, chunk=chunk)
+    return None

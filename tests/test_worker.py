@@ -424,6 +424,47 @@ def test_move_kv_cache_hook_untagged_calls_original_unchanged():
     assert seen[0][1].tolist() == [5, 0] and seen[0][2].tolist() == [3, 4]
 
 
+def _plain_pool(copy_config=True, layers=2):
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    pool = MHATokenToKVPool(1024, 16, torch.bfloat16, 2, 8, layers, "cpu", False,
+                            enable_kv_cache_copy=copy_config)
+    g = torch.Generator().manual_seed(0)
+    for b in pool.k_buffer + pool.v_buffer:
+        v = b.view(torch.uint8)
+        v.copy_(torch.randint(0, 256, v.shape, dtype=torch.uint8, generator=g))
+    return pool
+
+
+# the post-verify compaction's shape: accepted tree positions onto the row's first slots
+COMPACTION = (torch.tensor([300, 301, 302, 400, 401]), torch.tensor([300, 302, 305, 400, 403]))
+
+
+def test_move_kv_cache_hook_untagged_plain_pool_moves_like_sglang():
+    """Untagged moves (the paged verify's compaction) get SGLang's bytes without its per-count compiles."""
+    from sglang.srt.mem_cache.memory_pool import move_kv_cache_native
+
+    pool = _plain_pool()
+    tgt, src = COMPACTION
+    want_k, want_v = [b.clone() for b in pool.k_buffer], [b.clone() for b in pool.v_buffer]
+    move_kv_cache_native(want_k, want_v, tgt, src)
+    seen = []
+    assert kv_copy.move_kv_cache_hook(lambda *a: seen.append(a), pool, tgt, src) is None
+    assert seen == []
+    for got, want in zip(pool.k_buffer + pool.v_buffer, want_k + want_v):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+@pytest.mark.parametrize("case", ["no_copy_config", "native_env"])
+def test_move_kv_cache_hook_untagged_keeps_sglang_when_it_would_not_use_its_kernel(monkeypatch, case):
+    pool = _plain_pool(copy_config=case != "no_copy_config")
+    if case == "native_env":
+        monkeypatch.setenv("SGLANG_NATIVE_MOVE_KV_CACHE", "1")
+    seen = []
+    kv_copy.move_kv_cache_hook(lambda *a: seen.append(a), pool, *COMPACTION)
+    assert len(seen) == 1
+
+
 def test_move_kv_cache_hook_tagged_plain_pool_uses_kernel():
     h, rows = build(16, 4, 3, [5])
     seen = []
