@@ -4,11 +4,16 @@
   the (source, target) pairs of the last-page duplication, in one launch.
 - :mod:`.duplicate` copies every pair for every K/V buffer of a pool in one launch.
 - :mod:`.reference` the same two operations in plain torch, for the tests.
+- :mod:`.expand_metadata` FA3's tree-draft "expand" metadata, in one launch.
+- :mod:`.draft_decode_metadata` all of one FA3 draft step's replay metadata
+  (normal and expand), in one launch; with its torch reference.
 
-Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``.
+Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
+(``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels).
 """
 
 from .assign import TreeDraftLayout, assign_tree_draft_slots, pair_capacity
+from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
 from .duplicate import KVBufferTable, duplicate_kv_pairs
 
 __all__ = [
@@ -17,4 +22,6 @@ __all__ = [
     "pair_capacity",
     "KVBufferTable",
     "duplicate_kv_pairs",
+    "draft_decode_metadata",
+    "draft_decode_metadata_reference",
 ]

@@ -1,0 +1,216 @@
+"""All of one FA3 draft step's replay metadata for paged tree drafting, in one Triton launch.
+
+What SGLang 0.5.12 does: before each replay of the draft CUDA graph,
+``FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph`` calls
+``init_forward_metadata_replay_cuda_graph`` of each of its
+``speculative_num_steps - 1`` per-step ``FlashAttentionBackend``\\ s. With
+``topk > 1`` and ``page_size > 1`` the draft-decode branch of each call builds
+two attention metadata from the same inputs:
+
+- "normal" (the prefix, without each request's partial last page)::
+
+      last_page_lens = seq_lens % page_size
+      cache_seqlens_int32.copy_(seq_lens - last_page_lens)
+      max_seq_pages = ceil(max(seq_lens_cpu) / page_size)
+      page_table[:, :max_seq_pages].copy_(
+          req_to_token[req_pool_indices[:, None], strided_indices[None, :max_seq_pages]] // page_size)
+
+  with ``strided_indices = arange(0, max_context_len, page_size)``;
+- "expand" (each branch's own last page plus its drafts):
+  ``draft_decode_set_expand_metadata(..., last_page_lens, decode_length=step_id + 1,
+  cache_loc=out_cache_loc.view(-1, speculative_num_steps), ...)``, i.e. what
+  :mod:`.expand_metadata` writes.
+
+Why it is slow: about a dozen small torch ops (each a host dispatch and a
+launch) plus a ``@torch.compile(dynamic=True)`` call whose TorchDynamo guards
+run on the host every time, a ``.max().item()`` on the CPU lengths, and all of
+it repeated for every step: host time, ×(steps - 1), on the critical path of
+every draft round.
+
+What :func:`draft_decode_metadata` does instead: the same writes, into the same
+buffers, in one launch per step; the caller computes ``max_seq_pages`` once for
+all steps (it is the same for every step). Grid: one program per (row, block of
+``BLOCK_COLS`` normal page-table columns); row ``r`` covers request ``r`` of the
+normal metadata (``r < bs``), branch ``r`` of the expand lengths
+(``r < bs * topk``) and row ``r`` of ``cache_loc`` (``r < cache_loc.shape[0]``,
+which on a padded replay is the unpadded batch's). Everything outside those
+ranges, and normal page-table columns ``>= max_seq_pages``, is left untouched,
+as SGLang leaves it. Constexprs are configuration values only; batch size,
+``max_seq_pages``, ``decode_length`` and strides are runtime arguments Triton is
+told not to specialise on, so no batch size or length compiles a new variant.
+
+Where it cannot match torch: indices torch would reject or wrap
+(``req_pool_indices``/``strided_indices`` out of range or negative) are not
+checked on the device; SGLang never produces them. A row of ``cache_loc`` with
+more distinct pages than the expand table has columns is clipped (see
+:mod:`.expand_metadata`). Shape mismatches torch would reject raise here too.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .expand_metadata import _floor_div, _store_distinct_pages
+
+BLOCK_COLS = 128  # normal page-table columns per program
+
+_RUNTIME_INTS = [
+    "sl_stride", "rpi_stride", "rtt_stride0", "rtt_stride1", "si_stride",
+    "cs_stride", "pt_stride0", "pt_stride1", "n_cols",
+    "ecs_stride", "ept_stride0", "ept_stride1", "ept_cols",
+    "cl_stride0", "cl_stride1", "num_seqs", "bs", "decode_length",
+]
+_POINTERS = ["seq_lens", "req_pool_indices", "req_to_token", "strided_indices", "cache_seqlens",
+             "page_table", "exp_cache_seqlens", "exp_page_table", "cache_loc"]
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
+def _draft_decode_metadata_kernel(
+    seq_lens, sl_stride,                        # [bs]
+    req_pool_indices, rpi_stride,               # [bs]
+    req_to_token, rtt_stride0, rtt_stride1,     # [pool, max_context_len]
+    strided_indices, si_stride,                 # [>= n_cols]
+    cache_seqlens, cs_stride,                   # normal [bs] (written)
+    page_table, pt_stride0, pt_stride1, n_cols,  # normal [bs, >= n_cols] (written)
+    exp_cache_seqlens, ecs_stride,              # expand [bs * topk] (written)
+    exp_page_table, ept_stride0, ept_stride1, ept_cols,  # expand [>= num_seqs, ept_cols] (written)
+    cache_loc, cl_stride0, cl_stride1, num_seqs,  # [num_seqs, STEPS]
+    bs,
+    decode_length,
+    topk: tl.constexpr,
+    page_size: tl.constexpr,
+    STEPS: tl.constexpr,
+    STEPS_POW2: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+
+    if blk == 0:
+        if row < bs * topk:
+            seq = tl.load(seq_lens + (row // topk) * sl_stride)
+            last_page_len = seq - _floor_div(seq, page_size) * page_size  # torch's % (floor)
+            tl.store(exp_cache_seqlens + row * ecs_stride, last_page_len + decode_length)
+        if row < num_seqs:
+            _store_distinct_pages(exp_page_table, ept_stride0, ept_stride1, ept_cols,
+                                  cache_loc, cl_stride0, cl_stride1, row,
+                                  page_size, STEPS, STEPS_POW2)
+        if row < bs:
+            seq = tl.load(seq_lens + row * sl_stride)
+            tl.store(cache_seqlens + row * cs_stride, _floor_div(seq, page_size) * page_size)
+
+    if row < bs:
+        cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        live = cols < n_cols
+        req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
+        tok = tl.load(strided_indices + cols * si_stride, mask=live, other=0).to(tl.int64)
+        slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
+        tl.store(page_table + row * pt_stride0 + cols * pt_stride1,
+                 _floor_div(slot, page_size).to(tl.int32), mask=live)
+
+
+def _normal_cols(page_table, strided_indices, max_seq_pages):
+    # Widths of SGLang's two sides of ``page_table[:, :m].copy_(gather[:, :m])``.
+    m = max(int(max_seq_pages), 0)
+    dst, src = min(m, page_table.shape[1]), min(m, strided_indices.shape[0])
+    if dst != src:
+        raise RuntimeError(f"page_table[:, :{m}] has {dst} columns, strided_indices[:{m}] {src}")
+    return src
+
+
+def _check(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table,
+           seq_lens, req_pool_indices, cache_loc, topk, page_size):
+    # Only what torch would reject too; cheap, since this runs on every draft round.
+    bs = seq_lens.shape[0]
+    if req_pool_indices.shape[0] != bs or cache_seqlens_int32.shape[0] != bs or page_table.shape[0] != bs:
+        raise RuntimeError(
+            f"batch mismatch: seq_lens {bs}, req_pool_indices {req_pool_indices.shape[0]}, "
+            f"cache_seqlens {cache_seqlens_int32.shape[0]}, page_table rows {page_table.shape[0]}")
+    if expand_cache_seqlens_int32.shape[0] != bs * topk:
+        raise RuntimeError(f"expand cache_seqlens has {expand_cache_seqlens_int32.shape[0]} entries, "
+                           f"bs * topk = {bs * topk}")
+    if cache_loc.dim() != 2 or expand_page_table.shape[0] < cache_loc.shape[0]:
+        raise RuntimeError(f"cache_loc {tuple(cache_loc.shape)} must be 2-D with at most "
+                           f"{expand_page_table.shape[0]} rows (expand page_table)")
+    if page_table.dtype != torch.int32 or expand_page_table.dtype != torch.int32:
+        raise TypeError(f"page tables must be int32, got {page_table.dtype} / {expand_page_table.dtype}")
+    if page_size < 1 or topk < 1:
+        raise ValueError(f"page_size and topk must be positive, got {page_size}, {topk}")
+
+
+def draft_decode_metadata(
+    cache_seqlens_int32: torch.Tensor,  # normal, modified
+    page_table: torch.Tensor,  # normal, modified
+    expand_cache_seqlens_int32: torch.Tensor,  # modified
+    expand_page_table: torch.Tensor,  # modified
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    strided_indices: torch.Tensor,
+    max_seq_pages: int,
+    cache_loc: torch.Tensor,
+    decode_length: int,
+    topk: int,
+    page_size: int,
+) -> None:
+    """One draft step's normal and expand metadata (module docstring), in one launch.
+
+    ``seq_lens`` and ``req_pool_indices`` hold exactly the ``bs`` rows to write;
+    ``cache_loc`` is ``out_cache_loc.view(-1, speculative_num_steps)``.
+    """
+    _check(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table,
+           seq_lens, req_pool_indices, cache_loc, topk, page_size)
+    n_cols = _normal_cols(page_table, strided_indices, max_seq_pages)
+    bs = seq_lens.shape[0]
+    num_seqs, steps = cache_loc.shape
+    if steps == 0:
+        num_seqs = 0
+    rows = max(bs * topk, num_seqs)
+    if rows == 0:
+        return
+    _draft_decode_metadata_kernel[(rows, max(triton.cdiv(n_cols, BLOCK_COLS), 1))](
+        seq_lens, seq_lens.stride(0),
+        req_pool_indices, req_pool_indices.stride(0),
+        req_to_token, req_to_token.stride(0), req_to_token.stride(1),
+        strided_indices, strided_indices.stride(0),
+        cache_seqlens_int32, cache_seqlens_int32.stride(0),
+        page_table, page_table.stride(0), page_table.stride(1), n_cols,
+        expand_cache_seqlens_int32, expand_cache_seqlens_int32.stride(0),
+        expand_page_table, expand_page_table.stride(0), expand_page_table.stride(1),
+        expand_page_table.shape[1],
+        cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
+        bs, int(decode_length),
+        topk=topk, page_size=page_size, STEPS=steps,
+        STEPS_POW2=triton.next_power_of_2(max(steps, 1)), BLOCK_COLS=BLOCK_COLS,
+        num_warps=1,
+    )
+
+
+def draft_decode_metadata_reference(
+    cache_seqlens_int32: torch.Tensor,
+    page_table: torch.Tensor,
+    expand_cache_seqlens_int32: torch.Tensor,
+    expand_page_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    strided_indices: torch.Tensor,
+    max_seq_pages: int,
+    cache_loc: torch.Tensor,
+    decode_length: int,
+    topk: int,
+    page_size: int,
+) -> None:
+    """SGLang 0.5.12's ops for the same writes, transcribed (the expand part is the
+    body of ``draft_decode_set_expand_metadata``, run eagerly)."""
+    last_page_lens = seq_lens % page_size
+    cache_seqlens_int32.copy_(seq_lens - last_page_lens)
+    idx = strided_indices[:max_seq_pages]
+    page_table[:, :max_seq_pages].copy_(req_to_token[req_pool_indices[:, None], idx[None, :]] // page_size)
+
+    expand_cache_seqlens_int32.copy_(decode_length + last_page_lens.repeat_interleave(topk))
+    pages = (cache_loc // page_size).to(torch.int32)
+    mask = torch.ones_like(pages, dtype=torch.bool)
+    mask[:, 1:] = pages[:, 1:] != pages[:, :-1]
+    positions = mask.cumsum(dim=1) - 1
+    expand_page_table[:pages.shape[0], :].scatter_(1, positions, pages)
