@@ -24,7 +24,12 @@ WORKER_INIT = EAGLE_WORKER + ".__init__"
 # STANDALONE's worker subclasses EAGLEWorker but skips its __init__: warm-up needs its own hook.
 STANDALONE_WORKER_INIT = "sglang.srt.speculative.standalone_worker.StandaloneWorker.__init__"
 # FA3's tree-draft page-table builder (optional replacement, SGLANG_EAGLE_PAGED_FA3_EXPAND)
-FA3_EXPAND_METADATA = "sglang.srt.layers.attention.flashattention_backend.draft_decode_set_expand_metadata"
+FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
+FA3_EXPAND_METADATA = FA3_MODULE + ".draft_decode_set_expand_metadata"
+# FA3's per-step backend, and the multi-step draft backend's replay-metadata builder
+# (optional fused replacement, SGLANG_EAGLE_PAGED_FA3_EXPAND=fused)
+FA3_BACKEND = FA3_MODULE + ".FlashAttentionBackend"
+FA3_MULTI_STEP_REPLAY = FA3_MODULE + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"

@@ -1,4 +1,4 @@
-"""Optional replacement of the FA3 backend's tree-draft "expand" metadata builder.
+"""Optional replacements of the FA3 backend's tree-draft metadata builders.
 
 Why: with ``--attention-backend fa3 --page-size > 1 --speculative-eagle-topk > 1``,
 SGLang 0.5.12's ``FlashAttentionBackend`` calls
@@ -15,6 +15,15 @@ configuration, never per batch size.
 It is OFF by default until a GPU measurement shows the gain end to end; set
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND=1`` (or ``on``) to turn it on.
 
+``SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`` goes further on the CUDA-graph path: the
+draft round's whole replay metadata (``FlashAttentionMultiStepBackend.
+init_forward_metadata_replay_cuda_graph``: per step a dozen small torch ops, a
+``.max().item()`` and the Dynamo-wrapped expand call, ×(steps - 1)) becomes one
+host max and one launch per step (:mod:`.kernels.draft_decode_metadata`),
+through an AROUND hook that takes the fused path only where it writes exactly
+what SGLang would (:func:`fused_replay_hook`) and calls SGLang otherwise. The
+expand REPLACE hook is installed too, so eager draft steps avoid Dynamo as well.
+
 How it is installed: SGLang's ``HookRegistry`` with ``HookType.REPLACE``. A
 REPLACE hook is called as ``hook(*args, **kwargs)`` with exactly the arguments
 the backend passes (keywords, here) and is NOT given the original; the registry
@@ -26,23 +35,39 @@ replacement. Hence the replacement has the original's exact parameter names.
 
 import os
 
+from . import compat
+from .kernels.draft_decode_metadata import draft_decode_metadata
 from .kernels.expand_metadata import expand_draft_page_table
 
 from .compat import FA3_EXPAND_METADATA as TARGET
+from .compat import FA3_MULTI_STEP_REPLAY as FUSED_TARGET
 ENV_VAR = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
 
 _ON = ("1", "on", "true", "yes")
+_FUSED = ("fused",)
 _OFF = ("", "0", "off", "false", "no")
 
 
-def enabled() -> bool:
-    """Whether ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` asks for the replacement (default: off)."""
+def selection() -> str:
+    """``off``, ``expand`` (the REPLACE hook) or ``fused`` (both hooks), from the environment."""
     raw = os.environ.get(ENV_VAR, "").strip().lower()
     if raw in _ON:
-        return True
+        return "expand"
+    if raw in _FUSED:
+        return "fused"
     if raw in _OFF:
-        return False
-    raise ValueError(f"{ENV_VAR}={raw!r}: use one of {_ON + _OFF[1:]}")
+        return "off"
+    raise ValueError(f"{ENV_VAR}={raw!r}: use one of {_ON + _FUSED + _OFF[1:]}")
+
+
+def enabled() -> bool:
+    """Whether ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` asks for any replacement (default: off)."""
+    return selection() != "off"
+
+
+def targets() -> list:
+    """The dotted targets :func:`register_hook` hooks for the current :func:`selection`."""
+    return {"off": [], "expand": [TARGET], "fused": [TARGET, FUSED_TARGET]}[selection()]
 
 
 def expand_metadata_replacement(
@@ -59,14 +84,81 @@ def expand_metadata_replacement(
                             cache_loc, topk, page_size)
 
 
-def register_hook() -> bool:
-    """Register the REPLACE hook with SGLang's HookRegistry if :func:`enabled`.
+def _fusable_backends(multi, forward_batch, bs):
+    """The per-step backends if the fused path writes exactly what SGLang would, else None.
 
-    Returns whether it registered; ``HookRegistry.apply_hooks()`` must run after.
+    Anything else (topk 1, page 1, sliding window or local attention, an encoder,
+    a subclass that may build its metadata differently, a missing buffer) goes
+    to SGLang's own code, which also raises where it would have raised.
     """
-    if not enabled():
+    spec_info = forward_batch.spec_info
+    if (spec_info is None or not spec_info.is_draft_input() or forward_batch.encoder_lens is not None
+            or forward_batch.seq_lens_cpu is None or forward_batch.out_cache_loc is None or bs < 1):
+        return None
+    n = multi.speculative_num_steps - 1
+    backends = multi.attn_backends[:n]
+    if len(backends) != n:
+        return None
+    backend_cls = _backend_class()
+    for b in backends:
+        # getattr defaults: an attribute SGLang no longer sets means "not provably equivalent"
+        if (type(b) is not backend_cls or getattr(b, "topk", 0) <= 1 or getattr(b, "page_size", 1) <= 1
+                or getattr(b, "use_sliding_window_kv_pool", True) or getattr(b, "has_local_attention", True)
+                or getattr(b, "has_swa", True)
+                or bs not in getattr(b, "draft_decode_metadata_topk_normal", ())
+                or bs not in getattr(b, "draft_decode_metadata_topk_expand", ())):
+            return None
+    return backends
+
+
+_backend_cls = []
+
+
+def _backend_class():
+    if not _backend_cls:
+        _backend_cls.append(compat.resolve(compat.FA3_BACKEND))
+    return _backend_cls[0]
+
+
+def fused_replay_hook(original, multi, forward_batch, bs):
+    """AROUND hook body for :data:`FUSED_TARGET` (``FlashAttentionMultiStepBackend.
+    init_forward_metadata_replay_cuda_graph(self, forward_batch, bs)``)."""
+    backends = _fusable_backends(multi, forward_batch, bs)
+    if backends is None:
+        return original(multi, forward_batch, bs)
+    seq_lens = forward_batch.seq_lens[:bs]
+    req_pool_indices = forward_batch.req_pool_indices[:bs]
+    # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
+    max_seq_len_k = int(forward_batch.seq_lens_cpu[:bs].max())
+    out_cache_loc = forward_batch.out_cache_loc
+    for b in backends:
+        metadata = b.draft_decode_metadata_topk_normal[bs]
+        metadata_expand = b.draft_decode_metadata_topk_expand[bs]
+        metadata.max_seq_len_k = max_seq_len_k
+        draft_decode_metadata(
+            metadata.cache_seqlens_int32, metadata.page_table,
+            metadata_expand.cache_seqlens_int32, metadata_expand.page_table,
+            seq_lens, req_pool_indices, b.req_to_token,
+            b.decode_cuda_graph_metadata["strided_indices"],
+            (max_seq_len_k + b.page_size - 1) // b.page_size,
+            out_cache_loc.view(-1, b.speculative_num_steps),
+            b.speculative_step_id + 1, b.topk, b.page_size,
+        )
+        b.forward_metadata = metadata
+        b.forward_metadata_spec_decode_expand = metadata_expand
+
+
+def register_hook() -> bool:
+    """Register the hooks of :func:`selection` with SGLang's HookRegistry.
+
+    Returns whether it registered any; ``HookRegistry.apply_hooks()`` must run after.
+    """
+    chosen = selection()
+    if chosen == "off":
         return False
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, expand_metadata_replacement, HookType.REPLACE)
+    if chosen == "fused":
+        HookRegistry.register(FUSED_TARGET, fused_replay_hook, HookType.AROUND)
     return True

@@ -46,16 +46,23 @@ def _register_fa3_expand() -> None:
     from . import fa3_metadata
 
     try:
-        if not fa3_metadata.enabled():
-            return
-        compat.resolve(compat.FA3_EXPAND_METADATA)
+        chosen = fa3_metadata.selection()
     except ValueError as exc:
         _fail(str(exc))
-    except (ImportError, AttributeError) as exc:
-        _fail(f"{fa3_metadata.ENV_VAR} is on but SGLang {compat.sglang_version()} has no "
-              f"{compat.FA3_EXPAND_METADATA}: {exc}")
+    if chosen == "off":
+        return
+    targets = fa3_metadata.targets()
+    if chosen == "fused":
+        targets = targets + [compat.FA3_BACKEND]  # the fused path's exact-type check
+    for target in targets:
+        try:
+            compat.resolve(target)
+        except (ImportError, AttributeError) as exc:
+            _fail(f"{fa3_metadata.ENV_VAR}={chosen} but SGLang {compat.sglang_version()} has no "
+                  f"{target}: {exc}")
     fa3_metadata.register_hook()
-    _state["fa3_expand"] = True
+    _state["fa3_expand"] = chosen
+    _state["fa3_targets"] = fa3_metadata.targets()
 
 
 def _fail(message: str):
@@ -105,7 +112,7 @@ def register() -> None:
     # Applied now rather than after all plugins so that we can check the result;
     # apply_hooks skips targets already patched, so SGLang's later call is harmless.
     HookRegistry.apply_hooks()
-    checked = list(hooks) + ([compat.FA3_EXPAND_METADATA] if _state.get("fa3_expand") else [])
+    checked = list(hooks) + _state.get("fa3_targets", [])
     missing = [t for t in checked if t not in HookRegistry._patched or (t in before and compat.resolve(t) is before[t])]
     if missing:
         _fail(f"hooks did not apply to {', '.join(missing)} (SGLang {compat.sglang_version()})")
@@ -116,9 +123,11 @@ def register() -> None:
     _state["active"] = mode.value
     logger.info(
         "[sglang-eagle-paged] active: mode=%s, worker=%s._draft_preprocess_decode (paged tree drafting), "
-        "kv copy=%s, fa3 expand metadata=%s, sglang %s",
+        "kv copy=%s, fa3 expand metadata=%s, fa3 draft replay metadata=%s, sglang %s",
         mode.value, compat.EAGLE_WORKER, "one-launch duplication" if mode is Mode.ON else "skipped (fake)",
-        "one-launch kernel" if _state.get("fa3_expand") else "SGLang's", compat.sglang_version(),
+        "one-launch kernel" if _state.get("fa3_expand") else "SGLang's",
+        "fused, one launch per step" if _state.get("fa3_expand") == "fused" else "SGLang's",
+        compat.sglang_version(),
     )
 
 
