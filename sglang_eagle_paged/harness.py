@@ -47,6 +47,8 @@ class PagedTreeHarness:
         self.worker = SimpleNamespace(
             page_size=page_size, topk=topk, speculative_num_steps=steps, device=device,
             draft_model_runner=SimpleNamespace(token_to_kv_pool=self.kv_pool),
+            # one pool plays both parts here (SGLang gives the target its own)
+            target_worker=SimpleNamespace(model_runner=SimpleNamespace(token_to_kv_pool=self.kv_pool)),
             token_to_kv_pool_allocator=self.allocator,
             # SGLang's own method stores these on the worker
             extend_lens=None, num_new_pages_per_topk=None,

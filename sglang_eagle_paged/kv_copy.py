@@ -102,6 +102,15 @@ def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
     pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
 
 
+def warm_up_moves(pool) -> None:
+    """Compile the staged move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
+    chunk = compat.kv_move_chunk(pool)
+    buffers = pool_buffers(pool) if chunk else None
+    if buffers is not None:
+        zero = torch.zeros(1, dtype=torch.int64, device=buffers[0].device)
+        move_kv_rows(buffer_table(pool, buffers), zero, zero, chunk=chunk)
+
+
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
     """AROUND hook for ``MHATokenToKVPool.move_kv_cache``."""
     if is_disjoint_pairs(tgt_loc):

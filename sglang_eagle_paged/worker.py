@@ -79,7 +79,7 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
 
 
 def warm_up(worker) -> None:
-    """Compile both kernels for this worker's configuration before serving.
+    """Compile our kernels for this worker's configuration before serving.
 
     Triton compiles on first launch; without this the first decode step of a
     server pays it (seconds) in the middle of serving. Every constexpr is a
@@ -96,9 +96,13 @@ def warm_up(worker) -> None:
     alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
     layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
-    from .kv_copy import duplicate_in_pool
+    from .kv_copy import duplicate_in_pool, warm_up_moves
 
     duplicate_in_pool(worker.draft_model_runner.token_to_kv_pool, layout.tgt_loc, layout.src_loc)
+    # The post-verify compaction's kernel, on the target pool (the first verify would compile it).
+    target = getattr(getattr(worker, "target_worker", None), "model_runner", None)
+    if target is not None:
+        warm_up_moves(target.token_to_kv_pool)
 
 
 def worker_init_hook(result, worker, *args, **kwargs):

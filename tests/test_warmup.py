@@ -14,6 +14,8 @@ from helpers.interpreter_order import capture_specializations
 from sglang_eagle_paged.harness import PagedTreeHarness
 from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
 from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
+from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel
+from sglang_eagle_paged import kv_copy
 from sglang_eagle_paged.mode import Mode
 from sglang_eagle_paged.worker import draft_preprocess_decode, warm_up
 
@@ -44,8 +46,20 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     assert _keys(d_serve) <= _keys(d_warm)
 
 
+def test_post_verify_move_is_compiled_at_start_up():
+    """The target pool's compaction kernel (gather and scatter) compiles in warm-up, not at the first verify."""
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2, kv_copy=True)
+    with capture_specializations(_stage_rows_kernel) as warm:
+        warm_up(h.worker)
+    assert len(warm) == 2
+    with capture_specializations(_stage_rows_kernel) as serve:
+        for n in (1, 7, 40):  # accepted-token totals of three verify steps
+            kv_copy.move_kv_cache_hook(None, h.kv_pool, torch.arange(100, 100 + n), torch.arange(200, 200 + n))
+    assert len(serve) == 6 and _keys(serve) <= _keys(warm)
+
+
 def test_warm_up_leaves_kv_and_allocator_untouched():
-    h = PagedTreeHarness(16, 4, 3, num_tokens=8192, head_num=2, head_dim=8, layer_num=2)
+    h = PagedTreeHarness(16, 4, 3, num_tokens=8192, head_num=2, head_dim=8, layer_num=2, kv_copy=True)
     row = h.add_request(21)
     # bytes, not values: the random KV holds NaN patterns, and NaN != NaN
     before = [b.view(torch.uint8).clone() for b in h.kv_pool.k_buffer + h.kv_pool.v_buffer]

@@ -138,7 +138,7 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
 
 # Kernels whose compiled variants the suite counts: ours, and SGLang's built-in ones
 # that take the copy length or batch size as a constexpr.
-COUNTED_KERNELS = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel",
+COUNTED_KERNELS = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel", "_stage_rows_kernel",
                    "assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
 
 

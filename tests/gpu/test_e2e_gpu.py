@@ -205,6 +205,11 @@ def test_no_new_kernel_variants_after_warm_up(results, name):
     print(f"{name}: variants after warm-up {warm}, after the measured run {run}")
     for kernel in ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel"):
         assert warm[kernel] >= 1 and run[kernel] == warm[kernel], (kernel, warm, run)
+    if "_stage_rows_kernel" in warm:
+        # the post-verify move is ours too: SGLang's copy kernel (a variant per power-of-two
+        # pair count) must not compile mid-run any more (run 2: 8 after warm-up, 10 after)
+        assert run["_stage_rows_kernel"] == warm["_stage_rows_kernel"] >= 1, (warm, run)
+        assert run["copy_all_layer_kv_cache_tiled"] == warm["copy_all_layer_kv_cache_tiled"], (warm, run)
 
 
 def test_write_summary(results):
