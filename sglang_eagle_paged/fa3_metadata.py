@@ -93,7 +93,9 @@ def _fusable_backends(multi, forward_batch, bs):
     """
     spec_info = forward_batch.spec_info
     if (spec_info is None or not spec_info.is_draft_input() or forward_batch.encoder_lens is not None
-            or forward_batch.seq_lens_cpu is None or forward_batch.out_cache_loc is None or bs < 1):
+            or forward_batch.seq_lens_cpu is None or forward_batch.out_cache_loc is None or bs < 1
+            # fewer rows than bs: torch's copy_ might broadcast them; the kernel would not
+            or forward_batch.seq_lens.shape[0] < bs or forward_batch.req_pool_indices.shape[0] < bs):
         return None
     n = multi.speculative_num_steps - 1
     backends = multi.attn_backends[:n]

@@ -424,7 +424,7 @@ FALLBACKS = {
 
 @pytest.mark.parametrize("case", sorted(FALLBACKS) + ["topk_1", "subclass", "encoder", "no_cpu_lens",
                                                       "not_draft", "no_spec_info", "uncaptured_bs",
-                                                      "missing_attribute"])
+                                                      "missing_attribute", "short_batch"])
 def test_falls_back_to_sglang(case, spy_kernel):
     multi = make_multi(4, 4, 16, [2])
     fb = replay_batch(random.Random(3), multi, 2, 2)
@@ -450,6 +450,8 @@ def test_falls_back_to_sglang(case, spy_kernel):
         bs = 3
     elif case == "missing_attribute":
         del multi.attn_backends[0].__dict__["has_swa"]
+    elif case == "short_batch":
+        fb.seq_lens = fb.seq_lens[:1]
     original, calls = _spy_original()
     assert fa3_metadata.fused_replay_hook(original, multi, fb, bs) == "sglang"
     assert calls == [(multi, fb, bs)] and spy_kernel == []
