@@ -389,6 +389,60 @@ def bench_fa3_expand(shapes, gen):
     return rows
 
 
+def bench_fa3_replay(shapes, seed=0):
+    """FA3's draft-decode replay metadata for all steps (FlashAttentionMultiStepBackend), as the
+    draft CUDA graph runner calls it every draft round: SGLang's at page N, ours (fused) at
+    page N, and SGLang's at page 1 (what page N has to match end to end)."""
+    import copy
+    import random
+    import types
+    from unittest import mock
+
+    from sglang.srt.layers.attention import flashattention_backend as fa3
+
+    from sglang_eagle_paged import fa3_metadata
+    from sglang_eagle_paged.harness import DraftInputStub, branch_slots, fa3_multi_step_backend
+
+    sglang_replay = fa3.FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph
+    compiled = fa3.draft_decode_set_expand_metadata
+    # On a CPU the compiled expand builder would build C++ with inductor: its eager original there.
+    expand = compiled if DEV == "cuda" else getattr(compiled, "_torchdynamo_orig_callable", compiled)
+    rng = random.Random(seed)
+    rows = []
+    with mock.patch.object(fa3, "draft_decode_set_expand_metadata", expand):
+        for bs, topk, steps, page in shapes:
+            max_ctx = 8192
+            seq = [rng.randint(1, 4000) for _ in range(bs)]
+
+            def batch(page_size):
+                loc = branch_slots(rng, seq, topk, page_size, steps) if page_size > 1 else \
+                    torch.tensor(rng.sample(range(1, 1 << 20), bs * topk * steps))
+                seq_lens = torch.tensor(seq, dtype=torch.int64)
+                return types.SimpleNamespace(
+                    batch_size=bs, req_pool_indices=torch.arange(bs, device=DEV), seq_lens=seq_lens.to(DEV),
+                    seq_lens_sum=sum(seq), seq_lens_cpu=seq_lens, out_cache_loc=loc.to(DEV), encoder_lens=None,
+                    spec_info=DraftInputStub(), positions=None)
+
+            multi = fa3_multi_step_backend(topk, steps, page, [bs], max_ctx=max_ctx, pool=bs, device=DEV)
+            multi_p1 = fa3_multi_step_backend(topk, steps, 1, [bs], max_ctx=max_ctx, pool=bs, device=DEV)
+            fb, fb1 = batch(page), batch(1)
+            ma, mb = copy.deepcopy(multi), copy.deepcopy(multi)
+            sglang_replay(ma, fb, bs)
+            fa3_metadata.fused_replay_hook(sglang_replay, mb, fb, bs)
+            same = all(torch.equal(getattr(a, d)[bs].page_table, getattr(b, d)[bs].page_table)
+                       and torch.equal(getattr(a, d)[bs].cache_seqlens_int32, getattr(b, d)[bs].cache_seqlens_int32)
+                       for a, b in zip(ma.attn_backends, mb.attn_backends)
+                       for d in ("draft_decode_metadata_topk_normal", "draft_decode_metadata_topk_expand"))
+            row = dict(bs=bs, topk=topk, steps=steps, page=page, identical=bool(same))
+            for name, fn in (("upstream", lambda: sglang_replay(ma, fb, bs)),
+                             ("ours", lambda: fa3_metadata.fused_replay_hook(sglang_replay, mb, fb, bs)),
+                             ("upstream_p1", lambda: sglang_replay(multi_p1, fb1, bs))):
+                row.update(prefixed(name, measure(fn, f"fa3 replay bs{bs} k{topk} s{steps} p{page} {name}")))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
 def d2d_bandwidth():
     if DEV != "cuda":
         return None
@@ -487,6 +541,17 @@ def markdown(res) -> str:
                 extra = f"{r['speedup']}x" if p == "ours" else ""
                 out.append(f"| {r['layers']} | {r['bs']} | {r['draft_tokens']} | {r['pairs']} | {name} | "
                            f"{timing_cells(r, p)} | {r[f'{p}_first_call_ms']} | {extra} | {r[f'{p}_GBps']} |")
+    if res.get("fa3_replay"):
+        out += ["", "## FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`)", "",
+                "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
+                "runner calls it each draft round: SGLang's at the page size, ours (one launch per step), and "
+                "SGLang's at page 1 on the same batch shape.", "",
+                f"| bs | topk | steps | page | implementation | {TIMING_HEAD} | identical tables |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["fa3_replay"]:
+            for p, name in (("upstream", "SGLang"), ("ours", "ours (fused)"), ("upstream_p1", "SGLang at page 1")):
+                out.append(f"| {r['bs']} | {r['topk']} | {r['steps']} | {r['page'] if p != 'upstream_p1' else 1} | "
+                           f"{name} | {timing_cells(r, p)} | {r['identical'] if p == 'ours' else ''} |")
     if res.get("capture_failures"):
         out += ["", "Graph captures that failed:", ""] + [f"- {k}: `{v}`" for k, v in res["capture_failures"].items()]
     return "\n".join(out) + "\n"
@@ -547,6 +612,7 @@ def main():
         a_bs, p_shapes = [2], [(2, 16, 4)]
         x_shapes = [(2, 4, 3, 16)]
         v_shapes, v_layers = [(3, 8, 2)], 2
+        r_shapes = [(2, 4, 3, 16)]
     else:
         shapes = [(1, 64, 8), (8, 64, 8), (64, 64, 8), (64, 128, 8), (256, 128, 8), (1, 16, 2), (64, 16, 4),
                   (128, 256, 10), (256, 256, 10)]
@@ -557,6 +623,7 @@ def main():
         x_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (48, 8, 5, 64), (48, 8, 5, 128), (32, 4, 3, 16)]
         # (bs, draft tokens, mean accepted): Llama-3-8B's 32 layers of 8 x 128 bf16
         v_shapes, v_layers = [(1, 64, 2), (16, 64, 2), (16, 64, 4), (48, 64, 4), (48, 64, 6)], 32
+        r_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (32, 8, 5, 64), (16, 8, 5, 128), (16, 4, 3, 16)]
     res = dict(device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (Triton interpreter)",
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
                versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
@@ -570,6 +637,10 @@ def main():
         res["fa3_expand"] = bench_fa3_expand(x_shapes, gen)
     except ImportError as exc:  # SGLang's FA3 backend module did not import here
         res["fa3_expand_skipped"] = f"{type(exc).__name__}: {exc}"
+    try:
+        res["fa3_replay"] = bench_fa3_replay(r_shapes)
+    except Exception as exc:  # noqa: BLE001 - built without a model runner: report, keep the rest
+        res["fa3_replay_skipped"] = f"{type(exc).__name__}: {exc}"
     res["capture_failures"] = CAPTURE_FAILURES
     with open(os.path.join(args.out, "kernels.json"), "w") as f:
         json.dump(res, f, indent=1)

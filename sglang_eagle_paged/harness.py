@@ -124,3 +124,69 @@ class PagedTreeHarness:
                     if not torch.equal(a[slots.to(self.device)].cpu(), a[want.to(self.device)].cpu()):
                         bad.append((row, b, layer))
         return bad
+
+
+# --- FA3's tree-draft replay metadata, without a model ------------------------------------
+
+class DraftInputStub:
+    """What FA3's replay asks of ``spec_info``: that it is a draft input."""
+
+    def is_draft_input(self):
+        return True
+
+
+def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool=12, seed=0, device="cpu",
+                           **overrides):
+    """SGLang's ``FlashAttentionMultiStepBackend`` with per-step backends built without a model
+    runner: their CUDA-graph buffers allocated and captured by SGLang's own methods, then filled
+    with noise (so any stray write shows). For comparing replay-metadata builders."""
+    import importlib
+    import types
+
+    from . import compat
+
+    fa3 = importlib.import_module(compat.FA3_MODULE)
+    multi = object.__new__(fa3.FlashAttentionMultiStepBackend)
+    multi.model_runner, multi.topk, multi.speculative_num_steps = None, topk, steps
+    gen = torch.Generator().manual_seed(seed)
+    req_to_token = torch.randint(0, 100_000, (pool, max_ctx), dtype=torch.int32, generator=gen).to(device)
+    multi.attn_backends = []
+    for i in range(steps - 1):
+        b = object.__new__(fa3.FlashAttentionBackend)
+        # what __init__ would set from the model runner, for a plain decoder on one GPU
+        b.__dict__.update(
+            forward_metadata=None, forward_metadata_spec_decode_expand=None, max_context_len=max_ctx,
+            device=device, req_to_token=req_to_token, page_size=page_size, use_mla=False, topk=topk,
+            speculative_num_steps=steps, speculative_num_draft_tokens=topk * steps, speculative_step_id=i,
+            has_local_attention=False, use_sliding_window_kv_pool=False, sliding_window_size=None,
+            has_swa=False, is_encoder_decoder=False, _get_scheduler_metadata=None, attn_cp_size=1,
+        )
+        b.__dict__.update(overrides)
+        b.init_cuda_graph_state(max(capture_bs), max(capture_bs) * topk)
+        multi.attn_backends.append(b)
+    for bs in capture_bs:
+        multi.init_forward_metadata_capture_cuda_graph(types.SimpleNamespace(
+            batch_size=bs, req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
+            seq_lens=torch.ones(bs, dtype=torch.int64, device=device), encoder_lens=None,
+            spec_info=DraftInputStub()))
+    for b in multi.attn_backends:
+        for d in (b.draft_decode_metadata_topk_normal, b.draft_decode_metadata_topk_expand):
+            for k, t in d.items():
+                if isinstance(k, str):
+                    t.copy_(torch.randint(-50, 100_000, t.shape, generator=gen))
+    return multi
+
+
+def branch_slots(rng, seq_lens, topk, page_size, steps, first_free_page=1):
+    """``out_cache_loc`` as SGLang's paged tree drafting lays it out ([bs, topk, steps],
+    flattened): each branch owns fresh pages; its drafts start at the prefix's
+    last-page length into the first one."""
+    bs = len(seq_lens)
+    per_branch = (page_size - 1 + steps + page_size - 1) // page_size
+    pages = rng.sample(range(first_free_page, first_free_page + 3 * bs * topk * per_branch + 4), bs * topk)
+    rows = []
+    for i, n in enumerate(seq_lens):
+        for b in range(topk):
+            start = pages[i * topk + b] * page_size + n % page_size
+            rows.append([start + s for s in range(steps)])
+    return torch.tensor(rows, dtype=torch.int64).view(-1)

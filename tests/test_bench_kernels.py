@@ -111,3 +111,5 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     # the post-verify move: overlapping pairs, both implementations timed
     v = res["verify_move"][0]
     assert v["pairs"] > 0 and v["ours_wall_us"] > 0 and v["upstream_wall_us"] > 0
+    # FA3's replay metadata for all draft steps: ours wrote SGLang's tables
+    assert res["fa3_replay"][0]["identical"] is True and res["fa3_replay"][0]["upstream_p1_wall_us"] > 0

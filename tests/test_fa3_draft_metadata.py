@@ -31,6 +31,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 
 from sglang_eagle_paged import compat, fa3_metadata  # noqa: E402
+from sglang_eagle_paged.harness import DraftInputStub as _DraftInput  # noqa: E402
+from sglang_eagle_paged.harness import branch_slots  # noqa: E402
+from sglang_eagle_paged.harness import fa3_multi_step_backend as make_multi  # noqa: E402
 from sglang_eagle_paged.kernels.draft_decode_metadata import (  # noqa: E402
     BLOCK_COLS,
     _draft_decode_metadata_kernel,
@@ -68,21 +71,6 @@ SG = types.SimpleNamespace(
 
 
 # ---------------------------------------------------------------- 1. kernel vs reference
-
-def branch_slots(rng, seq_lens, topk, page_size, steps, first_free_page=1):
-    """``out_cache_loc`` as SGLang's paged tree drafting lays it out ([bs, topk, steps],
-    flattened): each branch owns fresh pages; its drafts start at the prefix's
-    last-page length into the first one."""
-    bs = len(seq_lens)
-    per_branch = (page_size - 1 + steps + page_size - 1) // page_size
-    pages = rng.sample(range(first_free_page, first_free_page + 3 * bs * topk * per_branch + 4), bs * topk)
-    rows = []
-    for i, n in enumerate(seq_lens):
-        for b in range(topk):
-            start = pages[i * topk + b] * page_size + n % page_size
-            rows.append([start + s for s in range(steps)])
-    return torch.tensor(rows, dtype=torch.int64).view(-1)
-
 
 def random_seq_lens(rng, bs, page_size, max_len):
     kind = rng.choice(("random", "multiples", "mixed"))
@@ -243,44 +231,6 @@ def test_one_specialization_across_batches_and_lengths():
 
 
 # ---------------------------------------------------------------- 2. SGLang's own replay
-
-class _DraftInput:
-    def is_draft_input(self):
-        return True
-
-
-def make_multi(topk, steps, page_size, capture_bs, max_ctx=512, pool=12, seed=0, **overrides):
-    """A FlashAttentionMultiStepBackend with CPU per-step backends; buffers allocated and
-    captured by SGLang's own methods, then filled with noise (so any stray write shows)."""
-    multi = object.__new__(fa3.FlashAttentionMultiStepBackend)
-    multi.model_runner, multi.topk, multi.speculative_num_steps = None, topk, steps
-    gen = torch.Generator().manual_seed(seed)
-    req_to_token = torch.randint(0, 100_000, (pool, max_ctx), dtype=torch.int32, generator=gen)
-    multi.attn_backends = []
-    for i in range(steps - 1):
-        b = object.__new__(fa3.FlashAttentionBackend)
-        # what __init__ would set from the model runner, for a plain decoder on one GPU
-        b.__dict__.update(
-            forward_metadata=None, forward_metadata_spec_decode_expand=None, max_context_len=max_ctx,
-            device="cpu", req_to_token=req_to_token, page_size=page_size, use_mla=False, topk=topk,
-            speculative_num_steps=steps, speculative_num_draft_tokens=topk * steps, speculative_step_id=i,
-            has_local_attention=False, use_sliding_window_kv_pool=False, sliding_window_size=None,
-            has_swa=False, is_encoder_decoder=False, _get_scheduler_metadata=None, attn_cp_size=1,
-        )
-        b.__dict__.update(overrides)
-        b.init_cuda_graph_state(max(capture_bs), max(capture_bs) * topk)
-        multi.attn_backends.append(b)
-    for bs in capture_bs:
-        multi.init_forward_metadata_capture_cuda_graph(types.SimpleNamespace(
-            batch_size=bs, req_pool_indices=torch.zeros(bs, dtype=torch.int64),
-            seq_lens=torch.ones(bs, dtype=torch.int64), encoder_lens=None, spec_info=_DraftInput()))
-    for b in multi.attn_backends:
-        for d in (b.draft_decode_metadata_topk_normal, b.draft_decode_metadata_topk_expand):
-            for k, t in d.items():
-                if isinstance(k, str):
-                    t.copy_(torch.randint(-50, 100_000, t.shape, generator=gen))
-    return multi
-
 
 def replay_batch(rng, multi, raw_bs, bs, pool=12):
     """The forward batch EAGLEDraftCudaGraphRunner.replay hands the backend: padded to the
