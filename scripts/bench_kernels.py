@@ -253,7 +253,6 @@ def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
                    upstream_GBps=round(moved / row[f"upstream_{basis}_us"] / 1e3, 1))
         rows.append(row)
         print(json.dumps(row), flush=True)
-    del pool
     return rows
 
 

@@ -66,11 +66,11 @@ def install_legacy() -> bool:
     worker_cls = compat.resolve(compat.EAGLE_WORKER)
     _around(worker_cls, "_draft_preprocess_decode", draft_preprocess_decode_hook)
     _around(worker_cls, "__init__", lambda original, worker, *a, **k: worker_init_hook(original(worker, *a, **k), worker))
-    if mode is Mode.ON:
-        _around(compat.resolve(compat.MHA_POOL), "move_kv_cache", move_kv_cache_hook)
-        from . import kv_copy
+    # as the plugin does: in fake mode too (the worker skips the draft copy there)
+    _around(compat.resolve(compat.MHA_POOL), "move_kv_cache", move_kv_cache_hook)
+    from . import kv_copy
 
-        kv_copy.hook_installed["move_kv_cache"] = True
+    kv_copy.hook_installed["move_kv_cache"] = True
     _installed = True
     logger.info("[sglang-eagle-paged] active (legacy patch): mode=%s, sglang %s", mode.value, compat.sglang_version())
     return True

@@ -27,9 +27,9 @@ def _hooks(mode: Mode):
         compat.WORKER_INIT: (worker_init_hook, "AFTER"),
         compat.SPEC_ARGS_CHECK: (spec_args_hook, "AROUND"),
     }
-    if mode is Mode.ON:
-        # fake skips the draft copy only; move_kv_cache's other callers stay SGLang's
-        hooks[compat.MOVE_KV_CACHE] = (move_kv_cache_hook, "AROUND")
+    # In both modes: fake differs from on by the draft copy alone (the worker skips it),
+    # while the post-verify move, which has nothing to do with the bug, is ours in both.
+    hooks[compat.MOVE_KV_CACHE] = (move_kv_cache_hook, "AROUND")
     return hooks
 
 
