@@ -5,7 +5,8 @@
 set -uo pipefail
 LOG=${1:-/dev/stdout}
 T0=$(date +%s)
-if ls .devbundle/core.tar .devbundle/fa3.part* >/dev/null 2>&1 || [ ! -f /tmp/site/.devbundle/env.sh ]; then
+# Any bundle part this call carried (each call carries core or FA3, not both), or a fresh machine.
+if [ -f .devbundle/core.tar ] || compgen -G ".devbundle/fa3.part*" >/dev/null || [ ! -f /tmp/site/.devbundle/env.sh ]; then
   bash .devbundle/install.sh .devbundle >> "$LOG" 2>&1 || { echo "install.sh failed"; tail -40 "$LOG"; exit 1; }
 fi  # else: a later call on a warm machine, the bundle is installed already
 source /tmp/site/.devbundle/env.sh
