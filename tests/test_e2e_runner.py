@@ -5,6 +5,8 @@ device session from spending its minutes on a bookkeeping bug.
 """
 
 import json
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -133,6 +135,39 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
     assert ev.index(("stop", "on_p16")) < ev.index(("stop", "on_p128"))
     assert all(not r.get("error") and r["summary"]["num_requests"] == 2 for r in res.values())
     assert json.loads((tmp_path / "e.json").read_text()).keys() == res.keys()
+
+
+def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_path, questions,
+                                                                fake_server):  # noqa: F811
+    """A time limit that stops the group must not leave its unmeasured servers looking measured
+    (2026-11-30 run 3: lanes kept 'measuring' stopped servers and recorded 0 tok/s, no error)."""
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+    real_measure = e2e._measure
+
+    def measure(server, cfg, *a, **kw):
+        if cfg.name == "on_p64":
+            # the suite's timeout (SIGINT to the main thread) while GPU 0 measures its second server
+            os.kill(os.getpid(), signal.SIGINT)
+            threading.Event().wait(0.5)  # the teardown stops every server under this measurement
+        return real_measure(server, cfg, *a, **kw)
+
+    monkeypatch.setattr(e2e, "_measure", measure)
+    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128, 256)]
+    out = tmp_path / "e.json"
+    with pytest.raises(KeyboardInterrupt):
+        e2e.run_configs(configs, target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"),
+                        num_questions=1, question_file=str(questions), warmup=0, concurrency=5, gpus=2)
+    res = json.loads(out.read_text())
+    assert not res["on_p1"].get("error") and res["on_p1"]["summary"]["num_errors"] == 0
+    for name in ("on_p64", "on_p256"):  # GPU 0 after the interrupt
+        assert res[name].get("error"), (name, {k: v for k, v in res[name].items() if k not in ("config", "server_args", "outputs")})
+    # GPU 1's servers: measured before the stop, or marked as not measured; never a silent 0 tok/s
+    for name in ("on_p16", "on_p128"):
+        r = res[name]
+        assert r.get("error") or (r["summary"]["num_errors"] == 0 and r["summary"]["output_throughput"] > 0), r
 
 
 def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811

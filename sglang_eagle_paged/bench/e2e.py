@@ -117,7 +117,10 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     # access on the testbed model whose rope cache was shorter than the 8192-token warm-up
     # (measured 2026-11-30; the testbed now has 16384 positions, not re-verified yet).
     common = ["--grammar-backend", "none", "--sampling-backend", "pytorch", "--log-level", "warning",
-              "--cuda-graph-max-bs", "32", "--disable-piecewise-cuda-graph"]
+              "--cuda-graph-max-bs", "32", "--disable-piecewise-cuda-graph",
+              # SGLang picks a free port for torch.distributed at start-up; with dozens of servers
+              # starting together two picked the same one (run 3: EADDRINUSE). Ours, by server.
+              "--nccl-port", str(port + 20000)]
     if not cfg.cuda_graph:
         common.append("--disable-cuda-graph")
     if cfg.algorithm is None:
@@ -241,15 +244,28 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
     t0 = time.time()
     lanes = list(lanes) if lanes is not None else [0] * len(launched)
     lock = threading.Lock()
+    stopping = threading.Event()  # set when the group is torn down (e.g. a time limit): lanes stop too
+    finished = []  # one Event per lane thread, set when the lane is done
 
-    def run_lane(members):
+    def run_lane(members, finished_event=None):
+        try:
+            _run_lane(members)
+        finally:
+            if finished_event is not None:
+                finished_event.set()
+
+    def _run_lane(members):
         for name, server, record in members:
             t1 = time.time()
-            if not record.get("error"):
+            if stopping.is_set():
+                record.setdefault("error", "not measured: the group was stopped before its turn")
+            elif not record.get("error"):
                 try:
                     measure(name, server, record)
                 except Exception as exc:  # keep the group going; the test on this one fails
                     record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                if stopping.is_set():  # its server was stopped under it: whatever it recorded is partial
+                    record.setdefault("error", "not measured: the group was stopped during its measurement")
             server.stop()  # frees its GPU memory before the next is measured
             record["wall_s"] = round(time.time() - t1, 1)
             with lock:
@@ -281,13 +297,18 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
         if len(by_lane) == 1:
             run_lane(next(iter(by_lane.values())))
         else:
-            threads = [threading.Thread(target=run_lane, args=(m,), name=f"lane-{k}") for k, m in by_lane.items()]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            for k, members in by_lane.items():
+                finished.append(threading.Event())
+                threading.Thread(target=run_lane, args=(members, finished[-1]), name=f"lane-{k}").start()
+            for ev in finished:
+                ev.wait()
     finally:
+        stopping.set()
         stop_all([server for _, server, _ in launched])
+        # Interrupted: let the lanes record why their servers were not measured. (An Event,
+        # not Thread.join: a join interrupted by KeyboardInterrupt can return early after.)
+        for ev in finished:
+            ev.wait(timeout=60)
 
 
 def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
