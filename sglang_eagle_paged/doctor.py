@@ -107,12 +107,12 @@ def run(args) -> int:
             for target in plugin._optional_hooks():
                 _line(None, "hook (warm-up)", f"{target}: {'applied' if target in HookRegistry._patched else 'absent'}")
             fa3x = compat.FA3_EXPAND_METADATA in HookRegistry._patched
-            _line(None, "fa3 expand metadata", "one-launch kernel (SGLANG_EAGLE_PAGED_FA3_EXPAND=1)" if fa3x
-                  else "SGLang's (experimental replacement: SGLANG_EAGLE_PAGED_FA3_EXPAND=1)")
+            _line(None, "fa3 expand metadata", "one-launch kernel" if fa3x
+                  else "SGLang's (SGLANG_EAGLE_PAGED_FA3_EXPAND=0)")
             fused = compat.FA3_MULTI_STEP_REPLAY in HookRegistry._patched
             _line(None, "fa3 replay metadata",
-                  "fused, one launch per step (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused)" if fused
-                  else "SGLang's (experimental replacement: SGLANG_EAGLE_PAGED_FA3_EXPAND=fused)")
+                  "fused, one launch per step (the default)" if fused
+                  else "SGLang's (SGLANG_EAGLE_PAGED_FA3_EXPAND=0 or 1)")
         except SystemExit as exc:
             ok &= _line(False, "hooks", str(exc))
         except Exception as exc:  # doctor reports, never crashes

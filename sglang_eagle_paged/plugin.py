@@ -42,7 +42,6 @@ def _optional_hooks() -> dict:
 
 
 def _register_fa3_expand() -> None:
-    # Asked for explicitly, so a release without the function is an error, not a warning.
     from . import fa3_metadata
 
     try:
@@ -58,8 +57,11 @@ def _register_fa3_expand() -> None:
         try:
             compat.resolve(target)
         except (ImportError, AttributeError) as exc:
-            _fail(f"{fa3_metadata.ENV_VAR}={chosen} but SGLang {compat.sglang_version()} has no "
-                  f"{target}: {exc}")
+            message = f"{fa3_metadata.ENV_VAR}={chosen} but SGLang {compat.sglang_version()} has no {target}: {exc}"
+            if os.environ.get(fa3_metadata.ENV_VAR, "").strip():
+                _fail(message)  # asked for explicitly: an error, not a warning
+            logger.warning("[sglang-eagle-paged] FA3 metadata stays SGLang's: %s", message)
+            return
     fa3_metadata.register_hook()
     _state["fa3_expand"] = chosen
     _state["fa3_targets"] = fa3_metadata.targets()

@@ -425,7 +425,7 @@ def test_fallback_checks_every_step(spy_kernel):
 # ---------------------------------------------------------------- 4. switch and registration
 
 @pytest.mark.parametrize("raw,want", [
-    (None, "off"), ("", "off"), ("0", "off"), ("off", "off"), ("no", "off"),
+    (None, "fused"), ("", "fused"), ("0", "off"), ("off", "off"), ("no", "off"),
     ("1", "expand"), ("on", "expand"), ("TRUE", "expand"),
     ("fused", "fused"), (" Fused ", "fused"),
 ])

@@ -44,6 +44,8 @@ print("RESULT " + json.dumps({{
     "standalone_init": hasattr(StandaloneWorker.__init__, "__wrapped__"),
     # torch.compile's wrapper has __wrapped__ too: ask the registry what it patched
     "fa3_expand": getattr(fa3, "__name__") + ".draft_decode_set_expand_metadata" in HookRegistry._patched,
+    "fa3_fused": getattr(fa3, "__name__") + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
+                 in HookRegistry._patched,
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
 }}))
@@ -55,7 +57,8 @@ BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGL
 
 
 def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND")}
     env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
@@ -76,6 +79,7 @@ CASES = {
     "old_on": (_py(OLD_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
     "bad_target": (_py(BAD_TARGET), {}),
     "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
+    "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
@@ -142,8 +146,12 @@ def test_mode_fake_hooks_the_same_targets_as_on(runs):
     assert subset(r, want) == want
 
 
-def test_fa3_expand_replacement_is_opt_in(runs):
-    assert result(runs["default"])["fa3_expand"] is False
+def test_fa3_metadata_replacement_is_fused_by_default_and_can_be_turned_off(runs):
+    r = result(runs["default"])
+    assert r["fa3_expand"] is True and r["fa3_fused"] is True
+    assert "fa3 draft replay metadata=fused" in runs["default"].stderr
+    r = result(runs["fa3_sglang"])
+    assert r["fa3_expand"] is False and r["fa3_fused"] is False and subset(r, ALL_ON) == ALL_ON
     r = result(runs["fa3_expand"])
     assert r["fa3_expand"] is True and subset(r, ALL_ON) == ALL_ON
     assert "fa3 expand metadata=one-launch kernel" in runs["fa3_expand"].stderr
