@@ -52,10 +52,11 @@ BUILTIN_OF = {ours: builtin for ours, builtin, _, _ in SIDE_BY_SIDE if builtin}
 PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
     ("on_p16_k4", "on_p1_k4"), ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"),
     ("triton_on_p16", "triton_on_p1"), ("fi_on_p16", "fi_on_p1"), ("on_p16_k1", "on_p1_k1"),
-    ("on_p64_k1", "on_p1_k1"), ("on_p64_fa3f", "on_p1"), ("on_p128_fa3f", "on_p1"), ("on_p64_fa3x", "on_p1"),
+    ("on_p64_k1", "on_p1_k1"), ("on_p64_fa3sg", "on_p1"), ("on_p128_fa3sg", "on_p1"), ("on_p64_fa3x", "on_p1"),
 ]
-# The FA3 metadata switches (SGLANG_EAGLE_PAGED_FA3_EXPAND) against the same page size without them.
-FA3_SWITCHES = [("on_p64", "on_p64_fa3x"), ("on_p64", "on_p64_fa3f"), ("on_p128", "on_p128_fa3f")]
+# The FA3 metadata switches (SGLANG_EAGLE_PAGED_FA3_EXPAND: 0 = SGLang's builders, 1 = the expand
+# builder only) against the default (fused) at the same page size.
+FA3_SWITCHES = [("on_p64", "on_p64_fa3x"), ("on_p64", "on_p64_fa3sg"), ("on_p128", "on_p128_fa3sg")]
 
 
 def _need(*names):
@@ -178,8 +179,8 @@ def test_fake_mode_lowers_acceptance(results, on_name, page1, fake_name):
 
 @pytest.mark.parametrize("base,switched", FA3_SWITCHES)
 def test_fa3_metadata_switch_changes_nothing_but_time(results, base, switched):
-    """SGLANG_EAGLE_PAGED_FA3_EXPAND (1: one-launch expand builder; fused: the whole draft
-    replay metadata) must write SGLang's tables: same outputs, same acceptance."""
+    """SGLANG_EAGLE_PAGED_FA3_EXPAND (default fused: the whole draft replay metadata; 1: the
+    expand builder only; 0: SGLang's) must give the same tables: same outputs, same acceptance."""
     _need(base, switched)
     a, b = _acc(results, base), _acc(results, switched)
     agree = agreement(results[base]["outputs"], results[switched]["outputs"])
