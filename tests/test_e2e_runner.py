@@ -137,6 +137,24 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
     assert json.loads((tmp_path / "e.json").read_text()).keys() == res.keys()
 
 
+def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
+    """SGLang's built-in takes ~7x ours to measure (run 3): two of them must not share a GPU's queue."""
+    url, _ = fake_server
+    FakeServer.started = []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("off_p64", mode="off", page_size=64),
+               e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("on_p128", page_size=128),
+               e2e.RunConfig("off_p128", mode="off", page_size=128), e2e.RunConfig("on_p16", page_size=16)]
+    e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
+                    log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
+                    warmup=0, concurrency=6, gpus=2)
+    gpu_of = {s.name: s.args[s.args.index("--base-gpu-id") + 1] for s in FakeServer.started}
+    assert gpu_of["off_p64"] != gpu_of["off_p128"], gpu_of
+    per_gpu = [sum(e2e.measure_cost(c) for c in configs if gpu_of[c.name] == g) for g in "01"]
+    assert max(per_gpu) - min(per_gpu) <= 7.0, per_gpu
+
+
 def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_path, questions,
                                                                 fake_server):  # noqa: F811
     """A time limit that stops the group must not leave its unmeasured servers looking measured
