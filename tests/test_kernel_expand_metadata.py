@@ -371,22 +371,7 @@ def test_specialization_capture_sees_config_changes():
 
 # ---------------------------------------------------------------- 5. glue
 
-@pytest.mark.parametrize("raw,expected", [
-    (None, False), ("", False), ("0", False), ("off", False), ("OFF", False), ("false", False),
-    ("1", True), ("on", True), (" On ", True), ("true", True),
-])
-def test_enabled_parsing(monkeypatch, raw, expected):
-    if raw is None:
-        monkeypatch.delenv(fa3_metadata.ENV_VAR, raising=False)
-    else:
-        monkeypatch.setenv(fa3_metadata.ENV_VAR, raw)
-    assert fa3_metadata.enabled() is expected
-
-
-def test_enabled_rejects_typos(monkeypatch):
-    monkeypatch.setenv(fa3_metadata.ENV_VAR, "onn")
-    with pytest.raises(ValueError):
-        fa3_metadata.enabled()
+# The switch's parsing (default, values, typos): tests/test_fa3_draft_metadata.py::test_selection*
 
 
 def test_replacement_signature_matches_sglang():
