@@ -428,6 +428,6 @@ def test_replace_hook_reaches_the_backend_global(monkeypatch):
                         setattr(m, k, original)
 
 
-def test_register_hook_off_by_default(monkeypatch):
-    monkeypatch.delenv(fa3_metadata.ENV_VAR, raising=False)
+def test_register_hook_registers_nothing_when_off(monkeypatch):
+    monkeypatch.setenv(fa3_metadata.ENV_VAR, "0")
     assert fa3_metadata.register_hook() is False
