@@ -51,6 +51,16 @@ def questions(tmp_path):
     return p
 
 
+@pytest.fixture
+def fake_servers(monkeypatch, fake_server):  # noqa: F811
+    """e2e launches FakeServers against the fake SGLang; no stagger sleeps."""
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+    return FakeServer
+
+
 def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
     url, _ = fake_server
     FakeServer.started = []
@@ -83,11 +93,7 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
 
 
 def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeypatch, tmp_path, questions,
-                                                                         fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+                                                                         fake_servers):
     configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
         e2e.RunConfig("triton_on_p64", page_size=64, backend="triton")]
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
@@ -107,11 +113,7 @@ def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeyp
 
 
 def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_path, questions,
-                                                             fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
+                                                             fake_servers):
     both_lanes_busy = threading.Barrier(2, timeout=10)
     real_measure = e2e._measure
 
@@ -137,12 +139,8 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
     assert json.loads((tmp_path / "e.json").read_text()).keys() == res.keys()
 
 
-def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
+def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, questions, fake_servers):
     """SGLang's built-in takes ~7x ours to measure (run 3): two of them must not share a GPU's queue."""
-    url, _ = fake_server
-    FakeServer.started = []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
     configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("off_p64", mode="off", page_size=64),
                e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("on_p128", page_size=128),
                e2e.RunConfig("off_p128", mode="off", page_size=128), e2e.RunConfig("on_p16", page_size=16)]
@@ -156,13 +154,9 @@ def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, qu
 
 
 def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_path, questions,
-                                                                fake_server):  # noqa: F811
+                                                                fake_servers):
     """A time limit that stops the group must not leave its unmeasured servers looking measured
     (2026-11-30 run 3: lanes kept 'measuring' stopped servers and recorded 0 tok/s, no error)."""
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
     real_measure = e2e._measure
 
     def measure(server, cfg, *a, **kw):

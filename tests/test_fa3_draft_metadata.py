@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.interpreter_order import capture_specializations  # noqa: E402
+from helpers.sglang_source import undecorated as _undecorated  # noqa: E402
 
 from sglang_eagle_paged import compat, fa3_metadata  # noqa: E402
 from sglang_eagle_paged.harness import DraftInputStub as _DraftInput  # noqa: E402
@@ -43,21 +44,6 @@ from sglang_eagle_paged.kernels.draft_decode_metadata import (  # noqa: E402
 
 SENTINEL = -777
 fa3 = importlib.import_module(compat.FA3_MODULE)
-
-
-def _undecorated(fn, name):
-    """The function defined in flashattention_backend.py under compile/hook wrappers."""
-    seen, todo = set(), [fn]
-    while todo:
-        f = todo.pop(0)
-        if f is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        code = getattr(f, "__code__", None)
-        if code is not None and code.co_filename.endswith("flashattention_backend.py") and code.co_name == name:
-            return f
-        todo += [getattr(f, "_torchdynamo_orig_callable", None), getattr(f, "__wrapped__", None)]
-    raise LookupError(name)
 
 
 # In a namespace, not module globals: HookRegistry's _propagate_patch rebinds every

@@ -14,6 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.interpreter_order import capture_specializations  # noqa: E402
+from helpers.sglang_source import undecorated  # noqa: E402
 
 from sglang_eagle_paged import fa3_metadata  # noqa: E402
 from sglang_eagle_paged.kernels.expand_metadata import (  # noqa: E402
@@ -38,19 +39,11 @@ def _sglang_eager():
     if fn is None:
         return None, f"{BACKEND} has no draft_decode_set_expand_metadata"
     # The compile wrapper (or a hook wrapper around it) leads back to the source function.
-    seen, todo = set(), [fn]
-    while todo:
-        f = todo.pop(0)
-        if f is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        code = getattr(f, "__code__", None)
-        if (code is not None and code.co_filename.endswith("flashattention_backend.py")
-                and code.co_name == "draft_decode_set_expand_metadata"):
-            return f, None
-        todo += [getattr(f, "_torchdynamo_orig_callable", None), getattr(f, "__wrapped__", None)]
-    return None, ("neither _torchdynamo_orig_callable nor __wrapped__ leads to the undecorated "
-                  "draft_decode_set_expand_metadata")
+    try:
+        return undecorated(fn, "draft_decode_set_expand_metadata"), None
+    except LookupError:
+        return None, ("neither _torchdynamo_orig_callable nor __wrapped__ leads to the undecorated "
+                      "draft_decode_set_expand_metadata")
 
 
 SGLANG_FN, SGLANG_SKIP = _sglang_eager()
