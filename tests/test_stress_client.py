@@ -381,3 +381,22 @@ def test_run_group_records_resumes_and_keeps_going(fake, tmp_path):
                      log_dir=str(tmp_path / "logs"), launcher=launcher)
     assert sorted(Path(s.log_path).stem for s in FakeLauncher.started) == ["b_nospec", "c_dead"]
     assert calls == ["b_nospec"]
+
+
+def test_run_group_spreads_servers_over_gpus_and_keeps_tp_on_gpu_0(fake, tmp_path):
+    url, _ = fake
+    FakeLauncher.started = []
+    specs = [stress.ServerSpec(RunConfig("soak", page_size=128), target="T", draft="D", port=31000,
+                               max_total_tokens=4096),
+             stress.ServerSpec(RunConfig("tp2", page_size=64, extra=["--tp", "2"]), target="T", draft="D",
+                               port=31020, max_total_tokens=4096),
+             stress.ServerSpec(RunConfig("a"), target="T", draft="D", port=31040, max_total_tokens=4096),
+             stress.ServerSpec(RunConfig("b"), target="T", draft="D", port=31060, max_total_tokens=4096)]
+    launcher = lambda args, **kw: FakeLauncher(args, url=url, fail=(), **kw)  # noqa: E731
+    res = stress.run_group(specs, {s.name: (lambda base: {"ok": True}) for s in specs}, out_json=str(tmp_path / "r.json"),
+                           log_dir=str(tmp_path / "logs"), launcher=launcher, gpus=2, costs={"soak": 3.0})
+    args = {Path(s.log_path).stem: s.args for s in FakeLauncher.started}
+    assert "--base-gpu-id" not in args["tp2"] and res["tp2"]["gpu"] == 0  # SGLang places TP from GPU 0
+    gpu = {n: a[a.index("--base-gpu-id") + 1] for n, a in args.items() if "--base-gpu-id" in a}
+    assert gpu == {"soak": "0", "a": "1", "b": "1"}  # the soak's 3 units outweigh TP's 1 on GPU 0
+    assert all(r.get("ok") for r in res.values())

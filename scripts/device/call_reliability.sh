@@ -6,6 +6,8 @@
 # The machine must be warm with SGLang core + FA3 installed (call_core.sh, then call_large.sh's
 # FA3 install, on the same x2 machine), like call_testbed.sh.
 # carry: .whl .devbundle/extra (the testbed weights travel as tracked files)
+# On x2 (REL_GPUS defaults to the GPU count) every group's servers start together, spread over
+# both GPUs, and the whole suite is meant to fit one call (not yet run on a GPU); on one GPU,
 # REL_K picks groups (pytest -k), one call each fits in 10 minutes, e.g.
 #   REL_K="pressure or long8k"   4 servers together, ~5 min
 #   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min
@@ -15,8 +17,9 @@
 source scripts/device/prelude.sh
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
 export REL_LARGE_MODELS=${REL_LARGE_MODELS:-/tmp/models} REL_SOAK_S=${REL_SOAK_S:-150}
+export REL_GPUS=${REL_GPUS:-$(nvidia-smi -L | wc -l)}
 mkdir -p $REL_OUT
-if [[ "${REL_K:-}" == *long32k* && ! -f $REL_LARGE_MODELS/target/config.json ]]; then
+if [[ ( "${REL_K:-}" == *long32k* || "$REL_GPUS" -gt 1 ) && ! -f $REL_LARGE_MODELS/target/config.json ]]; then
   python3 scripts/device/make_dummy_large.py $REL_LARGE_MODELS >> $OUT/log.txt 2>&1
   echo "dummy models rc=$?"
 fi

@@ -182,9 +182,32 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 
 # --------------------------------------------------------------------------- fixtures
 
+# REL_GPUS=2 (nvidia-h200-x2): the first group asked for starts every group's servers at once,
+# spread over the GPUs by these workload costs (the soak streams for REL_SOAK_S), each GPU running
+# its servers' workloads one after another, the GPUs side by side; later groups reuse the results.
+GPUS = int(os.environ.get("REL_GPUS", "1"))
+COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
+_together = {}
+
+
+def _long32k_models_ready() -> bool:
+    for sub in ("target", "draft"):
+        if not (LARGE / sub / "config.json").is_file():
+            return False
+        stress.long_context_copy(LARGE / sub, OUT / "models32k" / sub, 40960)
+    return True
+
+
 def _run(specs):
     if REPLAY:
         return json.loads(Path(REPLAY).read_text())
+    if GPUS > 1:
+        if "results" not in _together:
+            specs = PRESSURE + LONG8K + SOAK + (LONG32K if _long32k_models_ready() else [])
+            specs += TP if torch.cuda.device_count() >= 2 else []
+            _together["results"] = stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"),
+                                                    log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS)
+        return _together["results"]
     return stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"), log_dir=str(OUT / "logs"))
 
 
@@ -200,11 +223,8 @@ def soaked():
 
 @pytest.fixture(scope="session")
 def long32k():
-    if not REPLAY:
-        for sub in ("target", "draft"):
-            if not (LARGE / sub / "config.json").is_file():
-                pytest.skip(f"no {LARGE / sub}: run scripts/device/make_dummy_large.py {LARGE} first")
-            stress.long_context_copy(LARGE / sub, OUT / "models32k" / sub, 40960)
+    if not REPLAY and not _long32k_models_ready():
+        pytest.skip(f"no {LARGE}/target and draft: run scripts/device/make_dummy_large.py {LARGE} first")
     return _run(LONG32K)
 
 

@@ -41,22 +41,38 @@ def _write(path: Path, results: dict) -> None:
     tmp.replace(path)
 
 
+def _tensor_parallel(args: Sequence[str]) -> bool:
+    return any(a in ("--tp", "--tp-size", "--tensor-parallel-size") for a in args)
+
+
 def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str], dict]], *, out_json: str,
-              log_dir: str, startup_timeout: float = 600.0, launcher: Callable[..., ServerProcess] = None) -> dict:
-    """Start ``specs`` together, then run each one's workload alone on the GPU.
+              log_dir: str, startup_timeout: float = 600.0, launcher: Callable[..., ServerProcess] = None,
+              gpus: int = 1, costs: Mapping[str, float] | None = None) -> dict:
+    """Start ``specs`` together, then run each one's workload alone on its GPU.
 
     ``workloads[name](base_url)`` returns what to record. Every record gets the server
     arguments, the start-up time and :func:`scan_log` of the server's log; results are
     merged into ``out_json`` as they come, and names recorded without error are skipped.
+    With ``gpus`` > 1 each server goes to the GPU with the least work so far (``costs``
+    by name, default 1) and the GPUs run their workloads side by side; a tensor-parallel
+    server keeps SGLang's GPU placement (from GPU 0) and counts as GPU 0's work.
     """
     out_path = Path(out_json)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     todo = [s for s in specs if not (s.name in results and not results[s.name].get("error"))]
-    launched = []
+    launched, lanes = [], []
+    load = [0.0] * max(1, gpus)
     for spec in todo:
-        server, record, _ = launch(spec.cfg, spec.args(), port=spec.port, log_dir=log_dir,
+        args = spec.args()
+        gpu = 0 if _tensor_parallel(args) else load.index(min(load))
+        load[gpu] += (costs or {}).get(spec.name, 1.0)
+        if gpus > 1 and not _tensor_parallel(args):
+            args = args + ["--base-gpu-id", str(gpu)]
+        server, record, _ = launch(spec.cfg, args, port=spec.port, log_dir=log_dir,
                                    startup_timeout=startup_timeout, shared_gpu=len(todo) > 1, launcher=launcher)
+        record["gpu"] = gpu
         launched.append((spec.name, server, record))
+        lanes.append(gpu)
 
     def measure(name, server, record):
         record.update(workloads[name](server.base_url))
@@ -70,7 +86,7 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
               f"err={str(record.get('error', ''))[:200]}", flush=True)
 
     try:
-        serve_group(launched, measure, done)
+        serve_group(launched, measure, done, lanes=lanes)
     finally:
         for name, _, record in launched:
             if name not in results:
