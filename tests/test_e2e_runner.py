@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,29 @@ def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, qu
     assert gpu_of["off_p64"] != gpu_of["off_p128"], gpu_of
     per_gpu = [sum(e2e.measure_cost(c) for c in configs if gpu_of[c.name] == g) for g in "01"]
     assert max(per_gpu) - min(per_gpu) <= 7.0, per_gpu
+
+
+def test_builtin_servers_are_measured_after_all_of_ours_on_every_gpu(monkeypatch, tmp_path, questions,
+                                                                     fake_servers):
+    """SGLang's built-in compiles all through its run: never measured beside one of ours."""
+    spans = {}
+    real_measure = e2e._measure
+
+    def measure(server, cfg, *a, **kw):
+        t0 = time.monotonic()
+        if cfg.name == "on_p16":
+            threading.Event().wait(0.3)  # GPU 1's ours runs long: GPU 0's built-in must wait for it
+        out = real_measure(server, cfg, *a, **kw)
+        spans[cfg.name] = (t0, time.monotonic())
+        return out
+
+    monkeypatch.setattr(e2e, "_measure", measure)
+    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("on_p16", page_size=16),
+               e2e.RunConfig("off_p64", mode="off", page_size=64), e2e.RunConfig("on_p64", page_size=64)]
+    e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"),
+                    num_questions=1, question_file=str(questions), warmup=0, concurrency=4, gpus=2)
+    ours_end = max(end for name, (_, end) in spans.items() if name.startswith("on_"))
+    assert spans["off_p64"][0] >= ours_end, spans
 
 
 def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_path, questions,

@@ -226,22 +226,29 @@ def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeo
 
 
 def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0,
-                lanes: Sequence[int] | None = None) -> None:
+                lanes: Sequence[int] | None = None, phases: Sequence[int] | None = None) -> None:
     """Start every ``(name, server, record)`` together, then ``measure`` each one alone on its GPU.
 
     Start-up is mostly CPU-bound (imports, CUDA graph capture), so servers of a group
     start at once; every one is up before any is measured, so nothing else runs on
     a GPU while one of its servers is timed. ``lanes`` gives each server's GPU: each
     lane measures its servers one after another, lanes run side by side (one thread
-    each). ``measure(name, server, record)`` fills the record (its exceptions become
-    the record's error), then the server is stopped and ``done(name, record)`` called
-    (under a lock). All servers are stopped however this ends.
+    each). ``phases`` orders the measurements across lanes: no lane starts phase k + 1
+    before every lane has finished phase k (e.g. SGLang's built-in, which compiles Triton
+    kernels all through its run and so loads the host, in a phase of its own, so that
+    it never runs beside a measurement of ours). ``measure(name, server, record)`` fills
+    the record (its exceptions become the record's error), then the server is stopped
+    and ``done(name, record)`` called (under a lock). All servers are stopped however
+    this ends.
     """
     t0 = time.time()
     lanes = list(lanes) if lanes is not None else [0] * len(launched)
+    phases = list(phases) if phases is not None else [0] * len(launched)
+    last_phase = max(phases, default=0)
     lock = threading.Lock()
     stopping = threading.Event()  # set when the group is torn down (e.g. a time limit): lanes stop too
     finished = []  # one Event per lane thread, set when the lane is done
+    between_phases = threading.Barrier(len(set(lanes)) or 1)
 
     def run_lane(members, finished_event=None):
         try:
@@ -251,7 +258,16 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
                 finished_event.set()
 
     def _run_lane(members):
-        for name, server, record in members:
+        for phase in range(last_phase + 1):
+            _run_phase([m for m in members if m[3] == phase])
+            if phase < last_phase:
+                try:
+                    between_phases.wait()
+                except threading.BrokenBarrierError:  # torn down, or another lane died: go on
+                    pass
+
+    def _run_phase(members):
+        for name, server, record, _ in members:
             t1 = time.time()
             if stopping.is_set():
                 record.setdefault("error", "not measured: the group was stopped before its turn")
@@ -288,8 +304,8 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
                 record["error"] = f"{type(exc).__name__}: {exc}"
                 server.stop()
         by_lane = {}
-        for lane, entry in zip(lanes, launched):
-            by_lane.setdefault(lane, []).append(entry)
+        for lane, phase, entry in zip(lanes, phases, launched):
+            by_lane.setdefault(lane, []).append((*entry, phase))
         if len(by_lane) == 1:
             run_lane(next(iter(by_lane.values())))
         else:
@@ -300,6 +316,7 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
                 ev.wait()
     finally:
         stopping.set()
+        between_phases.abort()
         stop_all([server for _, server, _ in launched])
         # Interrupted: let the lanes record why their servers were not measured. (An Event,
         # not Thread.join: a join interrupted by KeyboardInterrupt can return early after.)
@@ -307,10 +324,20 @@ def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, st
             ev.wait(timeout=60)
 
 
+def _builtin_paged_tree(cfg: RunConfig) -> bool:
+    return cfg.mode == "off" and bool(cfg.algorithm) and cfg.page_size > 1 and cfg.topk > 1
+
+
+def measure_phase(cfg: RunConfig) -> int:
+    """SGLang's built-in paged tree drafting compiles Triton kernels all through its run
+    (a variant per copy length): measured after everything else, never beside ours."""
+    return 1 if _builtin_paged_tree(cfg) else 0
+
+
 def measure_cost(cfg: RunConfig) -> float:
     """Rough measuring time of a configuration relative to ours with CUDA graphs, for dealing
     servers over GPUs (run 3: SGLang's built-in took 65-77 s where ours took 8-12 s, graphs off 17 s)."""
-    if cfg.mode == "off" and cfg.algorithm and cfg.page_size > 1 and cfg.topk > 1:
+    if _builtin_paged_tree(cfg):
         return 7.0
     return 2.0 if not cfg.cuda_graph else 1.0
 
@@ -340,14 +367,15 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
         out_path.write_text(json.dumps(results, indent=1))
 
     for g in range(0, len(todo), group_size):
-        cfgs, cache_dirs, launched, lanes = {}, {}, [], []
-        load = [0.0] * max(1, gpus)
+        cfgs, cache_dirs, launched, lanes, phases = {}, {}, [], [], []
+        load = {}  # per phase: measuring work dealt to each GPU so far
         for i, cfg in todo[g:g + group_size]:
             # SGLang derives further ports from this one (gRPC adds 10000): stay low.
             port = 30000 + 20 * i
             args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
-            gpu = load.index(min(load))  # the least-loaded GPU, in the set's order
-            load[gpu] += measure_cost(cfg)
+            phase_load = load.setdefault(measure_phase(cfg), [0.0] * max(1, gpus))
+            gpu = phase_load.index(min(phase_load))  # the least-loaded GPU, in the set's order
+            phase_load[gpu] += measure_cost(cfg)
             if gpus > 1:
                 args += ["--base-gpu-id", str(gpu)]
             server, record, cache_dirs[cfg.name] = launch(cfg, args, port=port, log_dir=log_dir,
@@ -357,6 +385,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
             cfgs[cfg.name] = cfg
             launched.append((cfg.name, server, record))
             lanes.append(gpu)
+            phases.append(measure_phase(cfg))
 
         def measure(name, server, record):
             _measure(server, cfgs[name], record, cache_dirs[name], questions=questions,
@@ -372,7 +401,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                   f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
 
         try:
-            serve_group(launched, measure, done, lanes=lanes)
+            serve_group(launched, measure, done, lanes=lanes, phases=phases)
         finally:
             for name, _, record in launched:
                 results.setdefault(name, record)  # interrupted before it was measured
