@@ -46,7 +46,14 @@ PARITY_TOL = 0.03
 EAGLE = dict(topk=8, steps=5, num_draft_tokens=64, backend="fa3")
 
 
-def _spec(cfg, port, max_total_tokens, *, target=TARGET, draft=DRAFT, mem_fraction=0.5, load_format=None, env=None):
+# --mem-fraction-static is what SGLang demands free at start-up (total x (1 - fraction)); the pools
+# are capped by --max-total-tokens. With every group on two GPUs (REL_GPUS > 1) a testbed server
+# may start beside two 8B ones, where 0.5 would demand 70 GB free: 0.85 demands 21 GB.
+TESTBED_MEM_FRACTION = 0.85 if int(os.environ.get("REL_GPUS", "1")) > 1 else 0.5
+
+
+def _spec(cfg, port, max_total_tokens, *, target=TARGET, draft=DRAFT, mem_fraction=TESTBED_MEM_FRACTION,
+          load_format=None, env=None):
     cfg = dataclasses.replace(cfg, env={**cfg.env, **(env or {})})
     return stress.ServerSpec(cfg, target=target, draft=draft, port=port, max_total_tokens=max_total_tokens,
                              mem_fraction=mem_fraction, load_format=load_format)
