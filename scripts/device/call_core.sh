@@ -12,7 +12,9 @@
 source scripts/device/prelude.sh
 R=$OUT/core; mkdir -p $R
 GPUS=$(nvidia-smi -L | wc -l)
-( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) MAX_JOBS=${FI_JOBS:-28}
+# SKIP_FI_WARM=1 when this call carries .devbundle/flashinfer-jit-cache.tar.xz with the testbed's
+# kernels (run 3's): setup.sh unpacks it. SKIP_KERNELS=1 leaves out the kernel benchmarks.
+[ -n "${SKIP_FI_WARM:-}" ] || ( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) MAX_JOBS=${FI_JOBS:-28}
   timeout -s INT ${FI_S:-360} python3 -m sglang_eagle_paged.bench.e2e --set extended --only fi_on_p1,fi_on_p64 \
     --load-format dummy --target sglang_eagle_paged/testbed/target --draft sglang_eagle_paged/testbed/draft \
     --questions 2 --warmup 0 --max-new 16 --concurrency 2 --out /tmp/fiwarm > $R/flashinfer_warm.log 2>&1
@@ -21,12 +23,14 @@ FI=$!
 python3 .devbundle/make_dummy_models.py /tmp/models --shape llama3-8b >> $OUT/log.txt 2>&1
 echo "dummy models rc=$?" | tee -a $OUT/log.txt
 wait $FI
-grep -E "^\[e2e\]|rc=" $R/flashinfer_warm.log
+grep -E "^\[e2e\]|rc=" $R/flashinfer_warm.log 2>/dev/null
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-tar cf - -C ~/.cache flashinfer | xz -T0 > $OUT/flashinfer-jit-cache.tar.xz
+[ -n "${SKIP_FI_WARM:-}" ] || tar cf - -C ~/.cache flashinfer | xz -T0 > $OUT/flashinfer-jit-cache.tar.xz
 export CUDA_VISIBLE_DEVICES=0
-timeout ${KERN_S:-200} python3 scripts/bench_kernels.py --out $R > $R/bench_kernels.log 2>&1
-echo "bench_kernels rc=$?" | tee -a $OUT/log.txt
+if [ -z "${SKIP_KERNELS:-}" ]; then
+  timeout ${KERN_S:-200} python3 scripts/bench_kernels.py --out $R > $R/bench_kernels.log 2>&1
+  echo "bench_kernels rc=$?" | tee -a $OUT/log.txt
+fi
 if [ -z "${SKIP_UPSTREAM:-}" ]; then  # SGLang's own example, for ratios from one run (run 2 has it)
   timeout 120 python3 .devbundle/examples/bench_copy.py > $R/upstream_bench_copy.json 2> $R/upstream_bench_copy.log
   echo "upstream bench_copy rc=$?" | tee -a $OUT/log.txt
