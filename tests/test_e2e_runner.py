@@ -317,3 +317,35 @@ def test_stop_all_signals_every_server_before_waiting_on_any():
 
     stop_all([S(1), S(2), S(3)])
     assert events == [("terminate", 1), ("terminate", 2), ("terminate", 3), ("stop", 1), ("stop", 2), ("stop", 3)]
+
+
+def test_triton_cache_seed_links_other_kernels_and_never_counted_ones(tmp_path):
+    """Seeding a fresh per-server cache must leave the counted kernels' variants at zero."""
+    from sglang_eagle_paged.bench import triton_cache
+
+    earlier = tmp_path / "earlier"
+    for h, kernel in (("h1", "_fwd_rope"), ("h2", "_duplicate_kv_kernel"), ("h3", "copy_all_layer_kv_cache_tiled"),
+                      ("h4", "_store_kv")):
+        (earlier / h).mkdir(parents=True)
+        (earlier / h / f"{kernel}.json").write_text("{}")
+        (earlier / h / f"__grp__{kernel}.json").write_text("{}")
+        (earlier / h / f"{kernel}.cubin").write_bytes(b"\x7fELF")
+    fresh = tmp_path / "fresh"
+    assert triton_cache.seed(fresh, [earlier, tmp_path / "missing"]) == 2
+    assert sorted(p.name for p in fresh.iterdir()) == ["h1", "h4"]
+    assert (fresh / "h1" / "_fwd_rope.cubin").read_bytes() == b"\x7fELF"
+    assert os.stat(fresh / "h1" / "_fwd_rope.cubin").st_ino == os.stat(earlier / "h1" / "_fwd_rope.cubin").st_ino
+    assert set(triton_cache.variants(fresh).values()) == {0}
+    assert triton_cache.seed(fresh, [earlier]) == 0  # present already: nothing twice
+
+
+def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions):
+    earlier = tmp_path / "earlier" / "h9"
+    earlier.mkdir(parents=True)
+    (earlier / "_fwd_rope.json").write_text("{}")
+    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+                          out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
+                          question_file=str(questions), warmup=0, triton_seeds=[str(earlier.parent)])
+    assert res["on_p64"]["triton_variants_seeded"] == 1
+    assert (tmp_path / "logs" / "triton_cache" / "on_p64" / "h9" / "_fwd_rope.json").exists()
+    assert res["on_p64"]["triton_variants_after_warmup"]["_duplicate_kv_kernel"] == 1  # the fake server's own

@@ -18,6 +18,7 @@ source scripts/device/prelude.sh
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
 export REL_LARGE_MODELS=${REL_LARGE_MODELS:-/tmp/models} REL_SOAK_S=${REL_SOAK_S:-150}
 export REL_GPUS=${REL_GPUS:-$(nvidia-smi -L | wc -l)}
+export REL_TRITON_SEED=${REL_TRITON_SEED:-/tmp/e2e/logs/triton_cache/*:/tmp/large/logs/triton_cache/*}
 mkdir -p $REL_OUT
 if [[ ( "${REL_K:-}" == *long32k* || "$REL_GPUS" -gt 1 ) && ! -f $REL_LARGE_MODELS/target/config.json ]]; then
   python3 scripts/device/make_dummy_large.py $REL_LARGE_MODELS >> $OUT/log.txt 2>&1

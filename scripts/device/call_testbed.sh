@@ -12,6 +12,8 @@ GPUS=$(nvidia-smi -L | wc -l)
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 E2E_OUT=/tmp/e2e E2E_TARGET=/tmp/testbed/target E2E_DRAFT=/tmp/testbed/draft
 export E2E_SET=${E2E_SET:-extended} E2E_CONCURRENCY=${E2E_CONCURRENCY:-64} E2E_GPUS=${E2E_GPUS:-$GPUS}
 export E2E_PROFILE=${E2E_PROFILE:-} E2E_PROFILE_STACK=${E2E_PROFILE_STACK:-0}
+# What earlier calls' servers compiled (SGLang's Triton kernels; our counted ones are never seeded).
+export E2E_TRITON_SEED=${E2E_TRITON_SEED:-/tmp/fiwarm/logs/triton_cache/*:/tmp/large/logs/triton_cache/*}
 # Sized to finish in one call on x2 (run 3: 24 questions x 128 tokens measured 28 of 38 before the limit).
 export E2E_QUESTIONS=${E2E_QUESTIONS:-16} E2E_MAX_NEW=${E2E_MAX_NEW:-160} E2E_WARMUP=${E2E_WARMUP:-4}
 mkdir -p $E2E_OUT /tmp/serve_default

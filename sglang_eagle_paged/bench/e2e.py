@@ -6,6 +6,7 @@ fake vs SGLang's built-in) on identical prompts. Results are appended to a JSON
 file as they come, so a later failure loses nothing already measured.
 """
 
+import glob
 import json
 import threading
 import time
@@ -13,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from . import triton_cache
 from .mtbench import load_questions, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
 
@@ -135,19 +137,9 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     )
 
 
-# Kernels whose compiled variants the suite counts: ours, and SGLang's built-in ones
-# that take the copy length or batch size as a constexpr.
-COUNTED_KERNELS = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel", "_stage_rows_kernel",
-                   "assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
-
-
-def triton_variants(cache_dir) -> dict:
-    """Compiled variants per kernel in a Triton cache dir (one ``<name>.json`` per variant)."""
-    counts = {name: 0 for name in COUNTED_KERNELS}
-    for meta in Path(cache_dir).glob("*/*.json"):
-        if meta.stem in counts:
-            counts[meta.stem] += 1
-    return counts
+# Compiled Triton variants per server (names kept here for the suite and the report).
+COUNTED_KERNELS = triton_cache.COUNTED_KERNELS
+triton_variants = triton_cache.variants
 
 
 def _warmup_questions(questions: list[dict], n: int) -> list[dict]:
@@ -206,14 +198,16 @@ PROFILE_STEPS = 31
 
 
 def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeout: float, shared_gpu: bool,
-           launcher: Callable | None = None):
-    """The (not yet started) server of ``cfg`` with ``args``, its record, and its Triton cache dir."""
+           launcher: Callable | None = None, triton_seeds: Sequence[str] = ()):
+    """The (not yet started) server of ``cfg`` with ``args``, its record, and its Triton cache dir
+    (seeded from ``triton_seeds``, Triton cache dirs of earlier servers: :mod:`.triton_cache`)."""
     if shared_gpu:
         # Idle servers wait on their sockets instead of spinning a core each while
         # another server on the same machine is being measured.
         args = args + ["--sleep-on-idle"]
     # A fresh Triton cache per server, so compiled variants can be counted.
     cache_dir = Path(log_dir) / "triton_cache" / cfg.name
+    seeded = triton_cache.seed(cache_dir, triton_seeds) if triton_seeds else 0
     env = mode_env(cfg.mode)
     env.update(cfg.env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
@@ -222,7 +216,10 @@ def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeo
         env["SGLANG_EAGLE_PAGED_ALLOW_TRITON"] = "1"
     log_path = f"{log_dir}/{cfg.name}.log"
     server = (launcher or ServerProcess)(args, port=port, env=env, log_path=log_path, startup_timeout=startup_timeout)
-    return server, {"config": asdict(cfg), "server_args": args, "log": log_path}, cache_dir
+    record = {"config": asdict(cfg), "server_args": args, "log": log_path}
+    if triton_seeds:
+        record["triton_variants_seeded"] = seeded
+    return server, record, cache_dir
 
 
 def serve_group(launched: Sequence[tuple], measure: Callable, done: Callable, stagger_s: float = 1.0,
@@ -347,7 +344,8 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
-                profile_dir: str | None = None, profile_stack: bool = True, gpus: int = 1) -> dict:
+                profile_dir: str | None = None, profile_stack: bool = True, gpus: int = 1,
+                triton_seeds: Sequence[str] = ()) -> dict:
     """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`).
 
     With ``gpus`` > 1 each server of a group goes to the GPU with the least measuring work so far
@@ -380,7 +378,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 args += ["--base-gpu-id", str(gpu)]
             server, record, cache_dirs[cfg.name] = launch(cfg, args, port=port, log_dir=log_dir,
                                                           startup_timeout=startup_timeout,
-                                                          shared_gpu=group_size > 1)
+                                                          shared_gpu=group_size > 1, triton_seeds=triton_seeds)
             record["gpu"] = gpu
             cfgs[cfg.name] = cfg
             launched.append((cfg.name, server, record))
@@ -493,6 +491,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile-no-stack", action="store_true",
                    help="profile without Python stacks: op and kernel times undistorted by stack tracing")
     p.add_argument("--question-file")
+    p.add_argument("--triton-seed", action="append", default=[],
+                   help="Triton cache dir (glob) of earlier servers to seed each server's cache from, "
+                        "counted kernels excepted; repeatable")
     a = p.parse_args(argv)
     configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
     if a.only:
@@ -505,7 +506,8 @@ def main(argv=None) -> int:
                 question_file=a.question_file, warmup=a.warmup, concurrency=a.concurrency,
                 ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
                 profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"),
-                profile_stack=not a.profile_no_stack, gpus=a.gpus)
+                profile_stack=not a.profile_no_stack, gpus=a.gpus,
+                triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))])
     return 0
 
 

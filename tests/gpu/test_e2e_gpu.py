@@ -6,9 +6,12 @@ One server per configuration, all on the same MT-bench prompts, greedy. Results
 (acceptance, throughput, every output) go to $E2E_OUT/e2e.json for the report.
 E2E_SET picks the configurations: "core" (default) or "extended" (adds more);
 E2E_ONLY keeps the named configurations of the set; E2E_CONCURRENCY starts that many servers
-together; E2E_GPUS spreads them over that many GPUs, each measuring its own; E2E_PROFILE names configurations to profile (E2E_PROFILE_STACK=0: without Python stacks).
+together; E2E_GPUS spreads them over that many GPUs, each measuring its own; E2E_PROFILE names
+configurations to profile (E2E_PROFILE_STACK=0: without Python stacks); E2E_TRITON_SEED
+(colon-separated globs of Triton cache dirs) seeds each server's fresh Triton cache.
 """
 
+import glob
 import json
 import os
 from pathlib import Path
@@ -82,6 +85,8 @@ def results():
         warmup=int(os.environ.get("E2E_WARMUP", "16")),
         concurrency=int(os.environ.get("E2E_CONCURRENCY", "1")),
         gpus=int(os.environ.get("E2E_GPUS", "1")),
+        # Triton caches of earlier servers (colon-separated globs) to seed each fresh cache from
+        triton_seeds=[d for g in os.environ.get("E2E_TRITON_SEED", "").split(":") if g for d in sorted(glob.glob(g))],
         profile=[n for n in os.environ.get("E2E_PROFILE", "").split(",") if n],
         profile_dir=str(out / "profiles"),
         profile_stack=os.environ.get("E2E_PROFILE_STACK", "1") != "0",

@@ -10,6 +10,7 @@ skip gpu tests). Every server's configuration is spelled out below.
 """
 
 import dataclasses
+import glob
 import json
 import os
 from pathlib import Path
@@ -195,6 +196,8 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 GPUS = int(os.environ.get("REL_GPUS", "1"))
 COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
 _together = {}
+# Triton caches of earlier servers (colon-separated globs), as in the e2e suite's E2E_TRITON_SEED.
+SEEDS = [d for g in os.environ.get("REL_TRITON_SEED", "").split(":") if g for d in sorted(glob.glob(g))]
 
 
 def _long32k_models_ready() -> bool:
@@ -213,9 +216,11 @@ def _run(specs):
             specs = PRESSURE + LONG8K + SOAK + (LONG32K if _long32k_models_ready() else [])
             specs += TP if torch.cuda.device_count() >= 2 else []
             _together["results"] = stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"),
-                                                    log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS)
+                                                    log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS,
+                                                    triton_seeds=SEEDS)
         return _together["results"]
-    return stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"), log_dir=str(OUT / "logs"))
+    return stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"), log_dir=str(OUT / "logs"),
+                            triton_seeds=SEEDS)
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ def _tensor_parallel(args: Sequence[str]) -> bool:
 
 def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str], dict]], *, out_json: str,
               log_dir: str, startup_timeout: float = 600.0, launcher: Callable[..., ServerProcess] = None,
-              gpus: int = 1, costs: Mapping[str, float] | None = None) -> dict:
+              gpus: int = 1, costs: Mapping[str, float] | None = None, triton_seeds: Sequence[str] = ()) -> dict:
     """Start ``specs`` together, then run each one's workload alone on its GPU.
 
     ``workloads[name](base_url)`` returns what to record. Every record gets the server
@@ -69,7 +69,8 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
         if gpus > 1 and not _tensor_parallel(args):
             args = args + ["--base-gpu-id", str(gpu)]
         server, record, _ = launch(spec.cfg, args, port=spec.port, log_dir=log_dir,
-                                   startup_timeout=startup_timeout, shared_gpu=len(todo) > 1, launcher=launcher)
+                                   startup_timeout=startup_timeout, shared_gpu=len(todo) > 1, launcher=launcher,
+                                   triton_seeds=triton_seeds)
         record["gpu"] = gpu
         launched.append((spec.name, server, record))
         lanes.append(gpu)

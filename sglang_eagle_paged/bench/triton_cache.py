@@ -1,0 +1,59 @@
+"""Per-server Triton caches: counting compiled variants, and seeding from earlier servers.
+
+Each benchmarked server gets a fresh ``TRITON_CACHE_DIR`` so that the variants it
+compiles can be counted (ours must compile once, at start-up; SGLang's built-in
+compiles through its run). A fresh cache also makes every server compile all of
+SGLang's other Triton kernels again, dozens of servers at once on a shared host.
+:func:`seed` fills a fresh cache with what earlier servers compiled, except the
+kernels being counted, so the counts stay each server's own.
+"""
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+# Kernels whose compiled variants are counted: ours, and SGLang's built-in ones that take
+# the copy length or the pair count as a constexpr.
+COUNTED_KERNELS = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel", "_stage_rows_kernel",
+                   "assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
+
+
+def variants(cache_dir) -> dict:
+    """Compiled variants per counted kernel in a Triton cache dir (one ``<name>.json`` per variant)."""
+    counts = {name: 0 for name in COUNTED_KERNELS}
+    for meta in Path(cache_dir).glob("*/*.json"):
+        if meta.stem in counts:
+            counts[meta.stem] += 1
+    return counts
+
+
+def _counted(entry: Path) -> bool:
+    # a variant's directory holds <kernel>.json (and __grp__<kernel>.json)
+    return any(f.stem.removeprefix("__grp__") in COUNTED_KERNELS for f in entry.glob("*.json"))
+
+
+def seed(cache_dir, seed_dirs: Iterable) -> int:
+    """Hard-link into ``cache_dir`` every variant found in ``seed_dirs`` (Triton cache dirs),
+    except the counted kernels'; returns how many variants it added.
+
+    Links, not copies: Triton writes a cache entry under a temporary name and renames it,
+    never rewriting a file in place, so sharing the files is safe.
+    """
+    cache_dir = Path(cache_dir)
+    added = 0
+    for src in seed_dirs:
+        src = Path(src)
+        if not src.is_dir() or src.resolve() == cache_dir.resolve():
+            continue
+        for entry in src.iterdir():
+            dst = cache_dir / entry.name
+            if not entry.is_dir() or dst.exists() or _counted(entry):
+                continue
+            dst.mkdir(parents=True)
+            for f in entry.iterdir():
+                try:
+                    os.link(f, dst / f.name)
+                except OSError:  # another filesystem: a copy will do
+                    (dst / f.name).write_bytes(f.read_bytes())
+            added += 1
+    return added
