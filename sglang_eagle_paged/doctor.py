@@ -23,7 +23,7 @@ def _entry_point():
 
 
 def _self_test(device: str) -> str:
-    """Both kernels on a small random case against their torch references."""
+    """Every kernel on a small case against its torch reference ("" when all match)."""
     import torch
 
     from .kernels import KVBufferTable, assign_tree_draft_slots, duplicate_kv_pairs
@@ -63,6 +63,55 @@ def _self_test(device: str) -> str:
     duplicate_kv_pairs(KVBufferTable.from_buffers(dev_bufs), got.tgt_loc, got.src_loc)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
         return "duplication kernel differs from the reference"
+    return _self_test_move(device) or _self_test_fa3_metadata(device)
+
+
+def _self_test_move(device: str) -> str:
+    """The post-verify move, on overlapping pairs (a cycle and a shift) across a chunk boundary."""
+    import torch
+
+    from .kernels import KVBufferTable
+    from .kernels.move_rows import move_kv_rows
+    from .kernels.reference import move_kv_rows_ref
+
+    bufs = [torch.randn(64, 2, 8).to(torch.bfloat16) for _ in range(4)]
+    tgt = torch.tensor([10, 11, 12, 20, 21, 22, 30])
+    src = torch.tensor([11, 12, 10, 21, 23, 25, 20])
+    ref = [b.clone() for b in bufs]
+    move_kv_rows_ref(ref, tgt, src, chunk=4)
+    dev_bufs = [b.to(device) for b in bufs]
+    move_kv_rows(KVBufferTable.from_buffers(dev_bufs), tgt.to(device), src.to(device), chunk=4)
+    if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
+        return "post-verify move kernel differs from the reference"
+    return ""
+
+
+def _self_test_fa3_metadata(device: str) -> str:
+    """FA3's fused draft metadata on a small batch (partial and full last pages)."""
+    import torch
+
+    from .kernels.draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
+
+    page, topk, steps, bs = 16, 4, 3, 3
+    seq_lens = torch.tensor([5, 32, 37])
+    rows = torch.tensor([2, 0, 1])
+    r2t = (torch.arange(3 * 64, dtype=torch.int32).view(3, 64) * 7 + 16) % 4096
+    strided = torch.arange(0, 64, page)
+    first_page = torch.arange(bs * topk).view(bs, topk) * 2 + 100
+    loc = (first_page[:, :, None] * page + (seq_lens % page)[:, None, None] + torch.arange(steps)).view(-1, steps)
+    max_pages = -(-int(seq_lens.max()) // page)
+
+    def tables():
+        return (torch.full((bs,), -1, dtype=torch.int32), torch.full((bs, 4), -1, dtype=torch.int32),
+                torch.full((bs * topk,), -1, dtype=torch.int32), torch.full((bs * topk, steps), -1, dtype=torch.int32))
+
+    want = tables()
+    draft_decode_metadata_reference(*want, seq_lens, rows, r2t, strided, max_pages, loc, 2, topk, page)
+    got = [t.to(device) for t in tables()]
+    draft_decode_metadata(*got, seq_lens.to(device), rows.to(device), r2t.to(device), strided.to(device), max_pages,
+                          loc.to(device), 2, topk, page)
+    if not all(torch.equal(a.cpu(), b) for a, b in zip(got, want)):
+        return "FA3 draft metadata kernel differs from the reference"
     return ""
 
 
@@ -123,7 +172,8 @@ def run(args) -> int:
             err = _self_test(device)
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
-        ok &= _line(not err, label, err or "assignment and duplication match the torch references")
+        ok &= _line(not err, label, err or "assignment, duplication, post-verify move and FA3 metadata match "
+                                          "their torch references")
     print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
     return 0 if ok else 1
 
