@@ -113,3 +113,23 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     assert v["pairs"] > 0 and v["ours_wall_us"] > 0 and v["upstream_wall_us"] > 0
     # FA3's replay metadata for all draft steps: ours wrote SGLang's tables
     assert res["fa3_replay"][0]["identical"] is True and res["fa3_replay"][0]["upstream_p1_wall_us"] > 0
+
+
+def test_count_preprocess_ops_runs_and_sees_the_launches():
+    """The host-work counter of scripts/count_preprocess_ops.py, on the CPU."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("count_preprocess_ops", ROOT / "scripts" / "count_preprocess_ops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        mod.main(["--page", "16", "--topk", "4", "--steps", "3", "--seq-lens", "5,16,37"])
+    rows = json.loads(out.getvalue()[out.getvalue().index("{"):])
+    assert rows["ours page 16"]["launches"] == {"get_last_loc_kernel": 1, "alloc_extend_kernel": 1,
+                                                "_assign_tree_draft_slots_kernel": 1, "_duplicate_kv_kernel": 1}
+    assert rows["sglang page 1"]["triton_launches"] == 1 and rows["sglang page 16"]["triton_launches"] >= 4
+    assert 0 < rows["sglang page 1"]["torch_ops"] < rows["ours page 16"]["torch_ops"]
