@@ -356,7 +356,8 @@ def _expand_inputs(bs, topk, steps, page, gen):
 
 
 def bench_fa3_expand(shapes, gen):
-    """FA3's torch.compile'd draft_decode_set_expand_metadata vs our one launch (opt-in)."""
+    """FA3's torch.compile'd draft_decode_set_expand_metadata vs our one launch (part of the
+    default fused metadata; alone with SGLANG_EAGLE_PAGED_FA3_EXPAND=1)."""
     from sglang.srt.layers.attention import flashattention_backend as fa3
 
     from sglang_eagle_paged.kernels.expand_metadata import expand_draft_page_table
@@ -519,7 +520,7 @@ def markdown(res) -> str:
         for p, name in (("upstream", "SGLang"), ("ours", "ours")):
             out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {name} | {timing_cells(r, p)} | {r[f'{p}_syncs']} |")
     if res.get("fa3_expand"):
-        out += ["", "## FA3 tree-draft expand metadata (`SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)", "",
+        out += ["", "## FA3 tree-draft expand metadata (eager draft steps; alone: `SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)", "",
                 "SGLang's `draft_decode_set_expand_metadata` (torch.compile, dynamic) vs our one Triton launch, "
                 "same inputs; first call includes compilation.", "",
                 f"| bs | topk | steps | page | implementation | {TIMING_HEAD} | first call ms | identical outputs |",
@@ -541,7 +542,7 @@ def markdown(res) -> str:
                 out.append(f"| {r['layers']} | {r['bs']} | {r['draft_tokens']} | {r['pairs']} | {name} | "
                            f"{timing_cells(r, p)} | {r[f'{p}_first_call_ms']} | {extra} | {r[f'{p}_GBps']} |")
     if res.get("fa3_replay"):
-        out += ["", "## FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`)", "",
+        out += ["", "## FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`, the default)", "",
                 "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
                 "runner calls it each draft round: SGLang's at the page size, ours (one launch per step), and "
                 "SGLang's at page 1 on the same batch shape.", "",
