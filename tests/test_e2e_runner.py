@@ -187,7 +187,9 @@ def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_
         if cfg.name == "on_p64":
             # the suite's timeout (SIGINT to the main thread) while GPU 0 measures its second server
             os.kill(os.getpid(), signal.SIGINT)
-            threading.Event().wait(0.5)  # the teardown stops every server under this measurement
+            deadline = time.monotonic() + 10  # the teardown stops every server under this measurement
+            while ("stop", "on_p64") not in FakeServer.events and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", measure)

@@ -3,7 +3,9 @@
 # pair (random weights: cost per step at a realistic size; acceptance means nothing there)
 # through stock sglang.launch_server: page 1, ours, ours with the FA3 metadata switches and
 # SGLang's built-in at page 64/128, all started together, each GPU measuring its own servers
-# one at a time; a torch profile (no Python stacks) of page 1 and page 64. Resumable: results
+# one at a time, SGLang's built-in last; page 1 and page 64 run twice, once on each GPU (their
+# spread is the noise); a torch profile (no Python stacks) of page 1 and page 64. Every server
+# holds 32768 KV slots (16 requests need ~12k): nine 8B servers fit two GPUs. Resumable: results
 # accumulate in /tmp/large.
 # carry: .devbundle/fa3.part00 .devbundle/fa3.sha256 .devbundle/install.sh .devbundle/extra .whl
 source scripts/device/prelude.sh
@@ -12,8 +14,8 @@ GPUS=$(nvidia-smi -L | wc -l)
 timeout -s INT ${LARGE_S:-480} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-32} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
-  --warmup 8 --concurrency ${LARGE_CONCURRENCY:-$(( 4 * GPUS ))} --gpus $GPUS --mem-fraction 0.88 \
-  --max-total-tokens 65536 --profile ${LARGE_PROFILE:-on_p1,on_p64} --profile-no-stack \
+  --warmup 8 --concurrency ${LARGE_CONCURRENCY:-16} --gpus $GPUS --mem-fraction 0.88 \
+  --max-total-tokens 32768 --profile ${LARGE_PROFILE:-on_p1,on_p64} --profile-no-stack \
   > $OUT/large.log 2>&1
 echo "large rc=$?"; grep "^\[e2e\]" $OUT/large.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
