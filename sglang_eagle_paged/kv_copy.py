@@ -102,13 +102,23 @@ def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
     pool.move_kv_cache(_sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
 
 
-def warm_up_moves(pool) -> None:
-    """Compile the staged move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
+def move_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
+    """SGLang's in-place-safe move with our staged kernel; False means "not handled" (the
+    pool is not a plain MHA pool, or SGLang would not use its own kernel for it either)."""
     chunk = compat.kv_move_chunk(pool)
     buffers = pool_buffers(pool) if chunk else None
-    if buffers is not None:
+    if buffers is None:
+        return False
+    move_kv_rows(buffer_table(pool, buffers), tgt_loc, src_loc, chunk=chunk)
+    return True
+
+
+def warm_up_moves(pool) -> None:
+    """Compile the staged move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
+    buffers = pool_buffers(pool)
+    if buffers:
         zero = torch.zeros(1, dtype=torch.int64, device=buffers[0].device)
-        move_kv_rows(buffer_table(pool, buffers), zero, zero, chunk=chunk)
+        move_in_pool(pool, zero, zero)
 
 
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
@@ -117,9 +127,6 @@ def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
         if duplicate_in_pool(pool, tgt_loc, src_loc):
             return None
         return original(pool, _sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
-    chunk = compat.kv_move_chunk(pool)
-    buffers = pool_buffers(pool) if chunk else None
-    if buffers is None:
-        return original(pool, tgt_loc, src_loc)
-    move_kv_rows(buffer_table(pool, buffers), tgt_loc, src_loc, chunk=chunk)
-    return None
+    if move_in_pool(pool, tgt_loc, src_loc):
+        return None
+    return original(pool, tgt_loc, src_loc)
