@@ -33,6 +33,7 @@ the backend looks the name up as a module global at call time, so it sees the
 replacement. Hence the replacement has the original's exact parameter names.
 """
 
+import functools
 import os
 
 from . import compat
@@ -114,13 +115,10 @@ def _fusable_backends(multi, forward_batch, bs):
     return backends
 
 
-_backend_cls = []
-
-
+@functools.lru_cache(maxsize=1)
 def _backend_class():
-    if not _backend_cls:
-        _backend_cls.append(compat.resolve(compat.FA3_BACKEND))
-    return _backend_cls[0]
+    # resolved once: this runs every draft round
+    return compat.resolve(compat.FA3_BACKEND)
 
 
 def fused_replay_hook(original, multi, forward_batch, bs):
