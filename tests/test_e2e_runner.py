@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import e2e
+from sglang_eagle_paged.bench import e2e, triton_cache
 from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
 
 
@@ -297,7 +297,7 @@ def test_triton_variants_counts_only_named_kernel_files(tmp_path):
                     ("c", "assign_draft_cache_locs"), ("d", "unrelated")]:
         (tmp_path / h).mkdir()
         (tmp_path / h / f"{name}.json").write_text("{}")
-    counts = e2e.triton_variants(tmp_path)
+    counts = triton_cache.variants(tmp_path)
     assert counts["_assign_tree_draft_slots_kernel"] == 2 and counts["assign_draft_cache_locs"] == 1
     assert counts["_duplicate_kv_kernel"] == 0 and "unrelated" not in counts
 
@@ -323,8 +323,6 @@ def test_stop_all_signals_every_server_before_waiting_on_any():
 
 def test_triton_cache_seed_links_other_kernels_and_never_counted_ones(tmp_path):
     """Seeding a fresh per-server cache must leave the counted kernels' variants at zero."""
-    from sglang_eagle_paged.bench import triton_cache
-
     earlier = tmp_path / "earlier"
     for h, kernel in (("h1", "_fwd_rope"), ("h2", "_duplicate_kv_kernel"), ("h3", "copy_all_layer_kv_cache_tiled"),
                       ("h4", "_store_kv")):

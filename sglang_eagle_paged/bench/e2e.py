@@ -140,11 +140,6 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     )
 
 
-# Compiled Triton variants per server (names kept here for the suite and the report).
-COUNTED_KERNELS = triton_cache.COUNTED_KERNELS
-triton_variants = triton_cache.variants
-
-
 def _warmup_questions(questions: list[dict], n: int) -> list[dict]:
     # Other prompts than the measured ones (a prefix changes every prompt), so the
     # measured pass is a second, different workload: what it compiles was not warmed.
@@ -162,7 +157,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
         # ours) belong to warm-up, not to the measurement.
         run_benchmark(server.base_url, warmup_questions, parallel=parallel, **bench_kw)
         run_benchmark(server.base_url, warmup_questions[: max(1, len(warmup_questions) // 4)], parallel=3, **bench_kw)
-    record["triton_variants_after_warmup"] = triton_variants(cache_dir)
+    record["triton_variants_after_warmup"] = triton_cache.variants(cache_dir)
     # The non-speculative reference also reports each token's runner-up: a later
     # divergence from it can then be shown to sit on a near-tie (numerics) or not.
     top = 2 if cfg.algorithm is None else 0
@@ -174,7 +169,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     if top:
         record["tokens"] = {f"{r['question_id']}/{r['turn']}": r.get("tokens") for r in bench["requests"]}
     record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]
-    record["triton_variants_after_run"] = triton_variants(cache_dir)
+    record["triton_variants_after_run"] = triton_cache.variants(cache_dir)
     if parallel1_questions:
         one = run_benchmark(server.base_url, questions[:parallel1_questions], parallel=1, **bench_kw)
         record["summary_parallel1"] = one["summary"]
