@@ -39,7 +39,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .report import table
+from .report import fmt, table
 
 TRACE_GLOB = "*.trace.json*"
 KERNEL_CATS = frozenset({"kernel"})
@@ -386,11 +386,7 @@ def summarize_trace(path: str | Path, top: int = 40, steps: int | None = None) -
 
 
 def _f(v: Any, digits: int = 1) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.{digits}f}"
-    return str(v)
+    return fmt(v, digits, thousands=True)
 
 
 def _per_step(summary: dict) -> tuple[float, str]:

@@ -11,11 +11,11 @@ from typing import Any, Iterable, Sequence
 GROUP_KEYS = ("attention_backend", "mode", "topk")
 
 
-def fmt(value: Any, digits: int = 2) -> str:
+def fmt(value: Any, digits: int = 2, thousands: bool = False) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return f"{value:,.{digits}f}" if thousands else f"{value:.{digits}f}"
     return str(value)
 
 
