@@ -205,20 +205,6 @@ def bench_copy(shapes, layer_counts, heads, head_dim, slots, gen):
     return rows
 
 
-def compaction_pairs(bs, accepted, draft_tokens, slots, gen):
-    """The post-verify move of a paged tree: per request, accepted tree positions
-    (0 < a_1 < ...) of its draft-slot row onto the row's first positions (overlapping)."""
-    tgt, src = [], []
-    rows = torch.randperm(slots - 1, generator=gen)[: bs * draft_tokens].view(bs, draft_tokens) + 1
-    for i in range(bs):
-        n = int(accepted[i])
-        picks = torch.cat([torch.zeros(1, dtype=torch.int64),
-                           torch.randperm(draft_tokens - 1, generator=gen)[: n - 1].sort().values + 1])
-        src.append(rows[i, picks])
-        tgt.append(rows[i, :n])
-    return torch.cat(tgt).to(DEV), torch.cat(src).to(DEV)
-
-
 def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
     """The target pool's move_kv_cache after a paged tree verify: SGLang's vs ours (staged).
 
@@ -227,6 +213,7 @@ def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
     """
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
+    from sglang_eagle_paged.harness import verify_compaction_pairs
     from sglang_eagle_paged.kernels import KVBufferTable
     from sglang_eagle_paged.kernels.move_rows import move_kv_rows
 
@@ -238,7 +225,7 @@ def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
     for bs, draft_tokens, mean_accept in shapes:
         accepted = torch.clamp(torch.poisson(torch.full((bs,), float(mean_accept)), generator=gen), 1,
                                draft_tokens).long()
-        tgt, src = compaction_pairs(bs, accepted, draft_tokens, slots, gen)
+        tgt, src = (t.to(DEV) for t in verify_compaction_pairs(accepted, draft_tokens, slots, gen))
         n = tgt.numel()
         row = dict(layers=layers, bs=bs, draft_tokens=draft_tokens, pairs=n)
         row["upstream_first_call_ms"] = round(first_call_ms(lambda: pool.move_kv_cache(tgt, src)), 2)

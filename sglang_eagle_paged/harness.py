@@ -190,3 +190,19 @@ def branch_slots(rng, seq_lens, topk, page_size, steps, first_free_page=1):
             start = pages[i * topk + b] * page_size + n % page_size
             rows.append([start + s for s in range(steps)])
     return torch.tensor(rows, dtype=torch.int64).view(-1)
+
+
+def verify_compaction_pairs(accepted, draft_tokens: int, num_slots: int, gen, first_slot: int = 1):
+    """(tgt, src) of the post-verify KV move of a paged tree, as ``eagle_info`` builds them: each
+    request's accepted tree positions (0 < a_1 < a_2 ...) in its own row of ``draft_tokens``
+    fresh slots, moved onto the row's first positions (so targets can be other pairs' sources)."""
+    accepted = [int(n) for n in accepted]
+    rows = (torch.randperm(num_slots - first_slot, generator=gen)[: len(accepted) * draft_tokens]
+            .view(len(accepted), draft_tokens) + first_slot)
+    tgt, src = [], []
+    for row, n in zip(rows, accepted):
+        picks = torch.cat([torch.zeros(1, dtype=torch.int64),
+                           torch.randperm(draft_tokens - 1, generator=gen)[: n - 1].sort().values + 1])
+        src.append(row[picks])
+        tgt.append(row[:n])
+    return torch.cat(tgt), torch.cat(src)

@@ -9,6 +9,7 @@ import torch  # noqa: E402
 
 from helpers.interpreter_order import ORDERS, capture_specializations, program_order  # noqa: E402
 from helpers.pools import make_pools  # noqa: E402
+from sglang_eagle_paged.harness import verify_compaction_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.duplicate import KVBufferTable  # noqa: E402
 from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel, move_kv_rows  # noqa: E402
 from sglang_eagle_paged.kernels.reference import move_kv_rows_ref  # noqa: E402
@@ -20,19 +21,6 @@ def pool_buffers(layers=2, head_num=2, head_dim=8, dtype=torch.bfloat16, size=51
     buffers = list(pools.kv_pool.k_buffer) + list(pools.kv_pool.v_buffer)
     randomize(buffers, torch.Generator().manual_seed(seed))
     return pools.kv_pool, buffers
-
-
-def compaction_pairs(seq_lens, accepted, draft_tokens, page_size, gen):
-    """What eagle_info's paged verify moves: per request, the accepted tree positions
-    (0 < a_1 < a_2 ...) of its draft-slot row onto the row's first positions."""
-    tgt, src = [], []
-    slots = torch.randperm(4000, generator=gen)[: len(seq_lens) * draft_tokens] + 16
-    for i, n_acc in enumerate(accepted):
-        row = slots[i * draft_tokens:(i + 1) * draft_tokens]
-        picks = torch.cat([torch.tensor([0]), torch.randperm(draft_tokens - 1, generator=gen)[: n_acc - 1].sort().values + 1])
-        src.append(row[picks])
-        tgt.append(row[: n_acc])
-    return torch.cat(tgt), torch.cat(src)
 
 
 def expected_after(buffers, tgt, src, chunk=256):
@@ -47,7 +35,7 @@ def test_compaction_equals_sglang_native_move(seed):
     pool, buffers = pool_buffers(size=4096, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     accepted = torch.randint(1, 7, (9,), generator=gen).tolist()
-    tgt, src = compaction_pairs([0] * 9, accepted, draft_tokens=16, page_size=16, gen=gen)
+    tgt, src = verify_compaction_pairs(accepted, draft_tokens=16, num_slots=4016, gen=gen, first_slot=16)
     assert bool(torch.isin(tgt, src).any()) or seed > 0  # overlap is the point (seed 0 has it)
     from sglang.srt.mem_cache.memory_pool import move_kv_cache_native
 
