@@ -417,10 +417,10 @@ def markdown(summary: dict, title: str) -> str:
         ("CUDA runtime", s.get("cuda_runtime"), ["call", f"total us{per}", "count"],
          lambda r: [r["name"], _f(r["total_us"] / n), _f(r["count"])]),
     ]
-    for heading, rows, headers, fmt in sections:
+    for heading, rows, headers, cells in sections:
         if rows:
             out.append(f"\n### {heading}\n\n")
-            out.append(table(headers, (fmt(r) for r in rows[:TABLE_ROWS])))
+            out.append(table(headers, (cells(r) for r in rows[:TABLE_ROWS])))
     return "".join(out)
 
 
