@@ -85,6 +85,9 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
         assert rec["triton_variants_after_warmup"]["_duplicate_kv_kernel"] == 1
         assert rec["triton_variants_after_run"] == rec["triton_variants_after_warmup"]
     assert res["on_p64"]["summary"]["acceptance_length"] == pytest.approx(3.0)
+    # per-request counts for the suite's paired noise estimates, only where there is speculation
+    assert set(res["on_p64"]["spec_counts"]) == {"1/1", "1/2", "2/1", "2/2"} and "spec_counts" not in res["nospec_p1"]
+    assert all(t / v == pytest.approx(3.0) for t, v in res["on_p64"]["spec_counts"].values())
 
     # A resumed run skips what was measured already.
     FakeServer.started = []

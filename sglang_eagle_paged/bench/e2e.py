@@ -166,6 +166,10 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     record["server"] = bench["server"]
     record["metadata"] = bench["metadata"]
     record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
+    if cfg.algorithm is not None:
+        # per request [completion tokens, verify passes]: the suite's paired noise estimates
+        record["spec_counts"] = {f"{r['question_id']}/{r['turn']}": [r.get("completion_tokens"), r.get("spec_verify_ct")]
+                                 for r in bench["requests"] if r.get("spec_verify_ct")}
     if top:
         record["tokens"] = {f"{r['question_id']}/{r['turn']}": r.get("tokens") for r in bench["requests"]}
     record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]

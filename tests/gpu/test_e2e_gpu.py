@@ -13,6 +13,7 @@ configurations to profile (E2E_PROFILE_STACK=0: without Python stacks); E2E_TRIT
 
 import glob
 import json
+import math
 import os
 from pathlib import Path
 
@@ -161,25 +162,78 @@ def test_greedy_agreement_with_non_speculative(results, name):
         assert agree["rate"] >= builtin["rate"] - 0.05
 
 
+def _paired_diffs(results, a, b):
+    """Per-request acceptance of ``a`` minus ``b`` on the requests both served (same prompts),
+    or None for a recording without per-request counts (before H200 run 4)."""
+    ca, cb = (results[n].get("spec_counts") for n in (a, b))
+    if not ca or not cb:
+        return None
+    return [ca[k][0] / ca[k][1] - cb[k][0] / cb[k][1] for k in ca.keys() & cb.keys() if ca[k][1] and cb[k][1]]
+
+
+def _two_se(diffs):
+    n = len(diffs)
+    if n < 2:
+        return 0.0
+    mean = sum(diffs) / n
+    return 2 * (sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) ** 0.5
+
+
 @pytest.mark.parametrize("page_name,page1_name", PAGE_N_VS_PAGE_1)
 def test_acceptance_at_page_n_equals_page_1(results, page_name, page1_name):
+    """Corrupted draft KV can only lower acceptance, so the lower bound is the fixed tolerance.
+    Above it, numerics alone (page-size dependent reductions, batch mixes) moved acceptance by up to
+    +3.6% on the 16M testbed (run 3, triton page 64); there the bound widens to twice the standard
+    error of the per-request paired difference when the recording has per-request counts."""
     _need(page_name, page1_name)
     a_n, a_1 = _acc(results, page_name), _acc(results, page1_name)
-    print(f"acceptance {page_name}={a_n:.3f} {page1_name}={a_1:.3f}")
-    assert abs(a_n - a_1) <= PARITY_TOL * a_1
+    diffs = _paired_diffs(results, page_name, page1_name)
+    band = _two_se(diffs) if diffs else 0.0
+    print(f"acceptance {page_name}={a_n:.3f} {page1_name}={a_1:.3f} ({a_n / a_1 - 1:+.1%}); "
+          f"paired 2 SE {band:.3f} over {len(diffs or [])} requests")
+    assert a_n >= a_1 * (1 - PARITY_TOL)
+    assert a_n <= a_1 * (1 + PARITY_TOL) or a_n - a_1 <= band
 
 
-@pytest.mark.parametrize("on_name,page1,fake_name", [(o, p1, f) for o, _, p1, f in SIDE_BY_SIDE])
+FAKE_PAIRS = [(o, p1, f) for o, _, p1, f in SIDE_BY_SIDE]
+
+
+@pytest.mark.parametrize("on_name,page1,fake_name", FAKE_PAIRS)
 def test_fake_mode_lowers_acceptance(results, on_name, page1, fake_name):
-    """Index-only assignment drafts on garbage KV under a page-table backend."""
+    """Index-only assignment drafts on garbage KV under a page-table backend. Only branches other
+    than the first see the garbage, so on a model whose top-1 branch wins most rounds the drop
+    is small (run 3: 0.8%-5.0%); each pair must drop, and the pooled test below must show the
+    drop is not noise."""
     _need(on_name, page1, fake_name)
     a_fake, a_on = _acc(results, fake_name), _acc(results, on_name)
-    # The drop must stand out of the noise, measured as the page-N vs page-1 gap of
-    # the same (correct) configuration, with a floor of 0.5%.
-    noise = abs(a_on - _acc(results, page1))
-    margin = max(2 * noise, 0.005 * a_on)
-    print(f"acceptance {fake_name}={a_fake:.3f} {on_name}={a_on:.3f} margin={margin:.4f}")
-    assert a_fake < a_on - margin
+    print(f"acceptance {fake_name}={a_fake:.3f} {on_name}={a_on:.3f} ({a_fake / a_on - 1:+.1%})")
+    assert a_fake < a_on
+
+
+def test_fake_mode_drop_stands_out_of_noise(results):
+    """Pooled over every measured fake/on pair. With per-request counts: a one-sided sign test on
+    the paired per-request differences (fake lower on more requests than chance allows, p < 0.01).
+    Without them (older recordings): the mean relative drop exceeds twice the mean page-N vs
+    page-1 gap of the same correct configurations."""
+    pairs = [(o, p1, f) for o, p1, f in FAKE_PAIRS if {o, p1, f} <= NAMES]
+    pairs = [(o, p1, f) for o, p1, f in pairs
+             if all(n in results and not results[n].get("error") for n in (o, p1, f))]
+    if not pairs:
+        pytest.skip("no fake/on pair measured")
+    diffs = [_paired_diffs(results, f, o) for o, _, f in pairs]
+    if all(d is not None for d in diffs):
+        pooled = [d for ds in diffs for d in ds if d != 0]
+        lower = sum(d < 0 for d in pooled)
+        n = len(pooled)
+        p_value = sum(math.comb(n, k) for k in range(lower, n + 1)) / 2 ** n
+        print(f"fake lower on {lower} of {n} requests that differ ({len(pairs)} pairs), sign test p={p_value:.2g}")
+        assert p_value < 0.01
+        return
+    drops = [1 - _acc(results, f) / _acc(results, o) for o, _, f in pairs]
+    gaps = [abs(_acc(results, o) / _acc(results, p1) - 1) for o, p1, _ in pairs]
+    mean_drop, noise = sum(drops) / len(drops), 2 * sum(gaps) / len(gaps)
+    print(f"mean fake drop {mean_drop:.2%} over {len(pairs)} pairs, noise (2x mean page-N gap) {noise:.2%}")
+    assert mean_drop > noise
 
 
 @pytest.mark.parametrize("base,switched", FA3_SWITCHES)
