@@ -5,7 +5,8 @@
 # SGLang's built-in at page 64/128, all started together, each GPU measuring its own servers
 # one at a time, SGLang's built-in last; page 1 and page 64 run twice, once on each GPU (their
 # spread is the noise); a torch profile (no Python stacks) of page 1 and page 64. Every server
-# holds 32768 KV slots (16 requests need ~12k): nine 8B servers fit two GPUs. Resumable: results
+# holds 49152 KV slots: at page 128, topk 8 each of 16 requests holds about 2.3k slots (prefix pages,
+# one page per branch, the verify page); run 4's 32768 made page 128 retract ~500 times. Resumable: results
 # accumulate in /tmp/large.
 # carry: .devbundle/fa3.part00 .devbundle/fa3.sha256 .devbundle/install.sh .devbundle/extra .whl
 source scripts/device/prelude.sh
@@ -15,7 +16,7 @@ timeout -s INT ${LARGE_S:-480} python3 -m sglang_eagle_paged.bench.e2e --set lar
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-32} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
   --warmup 8 --concurrency ${LARGE_CONCURRENCY:-16} --gpus $GPUS --mem-fraction 0.88 \
-  --max-total-tokens 32768 --profile ${LARGE_PROFILE:-on_p1,on_p64} --profile-no-stack \
+  --max-total-tokens ${LARGE_KV:-49152} --profile ${LARGE_PROFILE:-on_p1,on_p64} --profile-no-stack \
   > $OUT/large.log 2>&1
 echo "large rc=$?"; grep "^\[e2e\]" $OUT/large.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
