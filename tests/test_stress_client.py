@@ -294,6 +294,53 @@ def test_scan_log():
     assert clean["plugin_other"]
 
 
+# SGLang 0.5.12's HTTP start-up without the optional openai_harmony package (run 4, every server).
+OPTIONAL_ENDPOINT = """\
+[2026-11-30 07:12:33] INFO:     Waiting for application startup.
+[2026-11-30 07:12:33] Can not initialize OpenAIServingResponses, error: Traceback (most recent call last):
+  File "/tmp/site/sglang/srt/entrypoints/http_server.py", line 365, in lifespan
+    from sglang.srt.entrypoints.openai.serving_responses import (
+  File "/tmp/site/sglang/srt/entrypoints/openai/serving_responses.py", line 30, in <module>
+    from openai_harmony import Message as OpenAIMessage
+ModuleNotFoundError: No module named 'openai_harmony'
+
+[2026-11-30 07:12:33] INFO:     Application startup complete.
+"""
+
+# A scheduler that died (run 4's TP=2 server): a traceback that must count.
+SCHEDULER_CRASH = """\
+[2026-11-30 07:11:48 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/tmp/site/sglang/srt/managers/scheduler.py", line 4025, in run_scheduler_process
+    scheduler = Scheduler(
+RuntimeError: The memory capacity is unbalanced. Some GPUs may be occupied by other processes.
+"""
+
+
+def test_scan_log_counts_an_optional_endpoint_apart_from_tracebacks():
+    s = stress.scan_log(OPTIONAL_ENDPOINT)
+    assert s["traceback"] == 0 and s["optional_endpoint"] == 1
+    (example,) = s["examples"]["optional_endpoint"]
+    assert "OpenAIServingResponses" in example and example.endswith("No module named 'openai_harmony'")
+    assert s["examples"]["traceback"] == []
+
+
+def test_scan_log_still_counts_every_other_traceback():
+    s = stress.scan_log(OPTIONAL_ENDPOINT + SCHEDULER_CRASH)
+    assert s["optional_endpoint"] == 1 and s["traceback"] == 1
+    assert s["examples"]["traceback"] == ["[2026-11-30 07:11:48 TP0] Scheduler hit an exception: Traceback "
+                                          "(most recent call last):"]
+    # The crash's exception is not taken for the optional endpoint's
+    assert s["examples"]["optional_endpoint"][0].endswith("'openai_harmony'")
+    # A traceback right after the optional one (no exception line between) counts, and is not attached to it
+    s = stress.scan_log("[t] Can not initialize OpenAIServingChat, error: Traceback (most recent call last):\n"
+                        + SCHEDULER_CRASH)
+    assert s["optional_endpoint"] == 1 and s["traceback"] == 1
+    assert s["examples"]["optional_endpoint"] == ["[t] Can not initialize OpenAIServingChat, error: Traceback "
+                                                  "(most recent call last):"]
+    # Other wording around an endpoint's failure is no exemption
+    s = stress.scan_log("[t] Can not initialize OpenAIServingResponses\nTraceback (most recent call last):\n")
+    assert s["optional_endpoint"] == 0 and s["traceback"] == 1
+
 def test_long_context_copy(tmp_path):
     src = tmp_path / "m"
     src.mkdir()

@@ -1,4 +1,11 @@
-"""What a server log says about retraction, leaks, crashes and the plugin's activation per TP rank."""
+"""What a server log says about retraction, leaks, crashes and the plugin's activation per TP rank.
+
+One traceback is SGLang's own and harmless: its HTTP server's start-up tries its optional OpenAI
+endpoints and logs a failed one as ``Can not initialize <Name>, error: Traceback ...`` (e.g.
+``OpenAIServingResponses`` without the optional ``openai_harmony`` package) and serves on without
+it. Those are counted as ``optional_endpoint``, each example followed by the exception that ended
+it; every other traceback counts as ``traceback``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,8 @@ _RE = {
     "retracted_reqs": re.compile(r"#retracted_reqs: (\d+)"),
     "leak": re.compile(r"memory leak detected|Mem Leak Detected", re.I),
     "traceback": re.compile(r"Traceback \(most recent call last\)"),
+    "optional_endpoint": re.compile(r"Can not initialize (\w+), error: Traceback \(most recent call last\)"),
+    "exception_line": re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b(: |$)"),
     "cuda_error": re.compile(r"CUDA error|illegal memory access|device-side assert|CUBLAS_STATUS|out of memory", re.I),
     "http_error": re.compile(r"\[http_server\] Error"),
     "plugin_active": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] active: mode=(\w+)"),
@@ -20,17 +29,26 @@ _RE = {
 
 def scan_log(text: str, examples: int = 3) -> dict:
     """Counts (and first lines) of what matters in a server log."""
-    out: dict = {k: 0 for k in ("retract", "leak", "traceback", "cuda_error", "http_error")}
+    out: dict = {k: 0 for k in ("retract", "leak", "traceback", "optional_endpoint", "cuda_error", "http_error")}
     lines: dict[str, list] = {k: [] for k in out}
     retracted = 0
     active: dict[str, str] = {}
     other_plugin = []
+    open_optional = None  # index of the optional-endpoint example still waiting for its exception line
     for line in text.splitlines():
+        optional = _RE["optional_endpoint"].search(line)
         for k in lines:
-            if _RE[k].search(line):
+            if _RE[k].search(line) and not (k == "traceback" and optional):
                 out[k] += 1
                 if len(lines[k]) < examples:
                     lines[k].append(line.strip()[:300])
+        if optional:
+            open_optional = len(lines["optional_endpoint"]) - 1 if out["optional_endpoint"] <= examples else None
+        elif open_optional is not None and not line[:1].isspace():
+            # The traceback's frames are indented; its first unindented line is the exception.
+            if _RE["exception_line"].search(line):
+                lines["optional_endpoint"][open_optional] += " -> " + line.strip()[:200]
+            open_optional = None
         m = _RE["retracted_reqs"].search(line)
         if m and _RE["retract"].search(line):
             retracted += int(m.group(1))
