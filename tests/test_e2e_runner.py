@@ -352,3 +352,12 @@ def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions)
     assert res["on_p64"]["triton_variants_seeded"] == 1
     assert (tmp_path / "logs" / "triton_cache" / "on_p64" / "h9" / "_fwd_rope.json").exists()
     assert res["on_p64"]["triton_variants_after_warmup"]["_duplicate_kv_kernel"] == 1  # the fake server's own
+
+
+def test_warm_up_fills_every_slot_of_the_measured_parallelism():
+    qs = [{"question_id": i, "turns": ["a", "b"]} for i in range(4)]
+    (first, par), (second, par2) = e2e.warmup_mixes(qs, 16)
+    assert par == 16 and len(first) == 16 and {q["question_id"] for q in first} == {0, 1, 2, 3}
+    assert par2 == 3 and second == qs[:1]
+    assert len(e2e.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
+    assert e2e.warmup_mixes([], 16) == []

@@ -148,15 +148,27 @@ def _warmup_questions(questions: list[dict], n: int) -> list[dict]:
             for q in picked]
 
 
+def warmup_mixes(warmup_questions: list[dict], parallel: int) -> list[tuple[list[dict], int]]:
+    """Batch mixes that compile, before the measurement, what SGLang compiles per batch size.
+
+    SGLang's own page-1 and topk-1 draft kernel takes ``next_power_of_2(batch size)`` as a
+    constexpr. Runs 3 and 4 warmed up with fewer conversations than ``parallel``, so the largest
+    bucket compiled during the measured pass (2-3 variants at ~175 ms each, up to a tenth of a
+    testbed page-1 run). The first mix therefore fills every slot (the questions repeated as
+    needed) and drains through the smaller buckets; the second, at 3, covers 1-3 again.
+    """
+    if not warmup_questions:
+        return []
+    full = [warmup_questions[i % len(warmup_questions)] for i in range(max(parallel, len(warmup_questions)))]
+    return [(full, parallel), (warmup_questions[: max(1, len(warmup_questions) // 4)], 3)]
+
+
 def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions, warmup_questions,
              parallel: int, max_new_tokens: int, ignore_eos: bool, parallel1_questions: int,
              profile_dir: str | None, profile_stack: bool = True) -> None:
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
-    if warmup_questions:
-        # Two batch mixes: JIT compiles of SGLang's per-batch-size kernels (and any of
-        # ours) belong to warm-up, not to the measurement.
-        run_benchmark(server.base_url, warmup_questions, parallel=parallel, **bench_kw)
-        run_benchmark(server.base_url, warmup_questions[: max(1, len(warmup_questions) // 4)], parallel=3, **bench_kw)
+    for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
+        run_benchmark(server.base_url, mix, parallel=mix_parallel, **bench_kw)
     record["triton_variants_after_warmup"] = triton_cache.variants(cache_dir)
     # The non-speculative reference also reports each token's runner-up: a later
     # divergence from it can then be shown to sit on a near-tie (numerics) or not.
