@@ -7,6 +7,7 @@ without streaming, rejects empty ``input_ids`` with 400 like SGLang's
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -355,12 +356,23 @@ def test_long_context_copy(tmp_path):
 
 # --------------------------------------------------------------------------- runner
 
+@pytest.fixture
+def no_stagger(monkeypatch):
+    """run_group's servers start without serve_group's 1 s between starts."""
+    from sglang_eagle_paged.bench.stress import runner
+
+    monkeypatch.setattr(runner, "serve_group", functools.partial(runner.serve_group, stagger_s=0.0))
+
+
 class FakeLauncher:
     started = []
+    alive = set()  # names started and not yet stopped
+    starts = []  # (name, names alive when it started)
 
     def __init__(self, args, *, port, env, log_path, startup_timeout, url, fail=()):
         self.args, self.env, self.log_path, self.url, self.fail = args, env, Path(log_path), url, fail
         self.stopped = False
+        self.name = self.log_path.stem
 
     @property
     def base_url(self):
@@ -368,6 +380,8 @@ class FakeLauncher:
 
     def start(self):
         FakeLauncher.started.append(self)
+        FakeLauncher.starts.append((self.name, set(FakeLauncher.alive)))
+        FakeLauncher.alive.add(self.name)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(LOG if "--tp" in self.args else "[t] started\n")
         return self
@@ -381,9 +395,10 @@ class FakeLauncher:
 
     def stop(self):
         self.stopped = True
+        FakeLauncher.alive.discard(self.name)
 
 
-def test_run_group_records_resumes_and_keeps_going(fake, tmp_path):
+def test_run_group_records_resumes_and_keeps_going(fake, no_stagger, tmp_path):
     url, _ = fake
     FakeLauncher.started = []
     specs = [
@@ -408,16 +423,17 @@ def test_run_group_records_resumes_and_keeps_going(fake, tmp_path):
     res = stress.run_group(specs, {s.name: work(s.name) for s in specs}, out_json=str(out),
                            log_dir=str(tmp_path / "logs"), launcher=launcher)
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
-    assert calls == ["a_on", "b_nospec"]
+    assert calls == ["b_nospec", "a_on"]  # the TP=2 server alone, after the others
     a = res["a_on"]
     assert not a.get("error") and a["outputs"] == {"p0/1": "x"}
     assert a["server_args"][a["server_args"].index("--max-total-tokens") + 1] == "12288"
     # Extras come last, so they override e2e.server_args' --log-level warning.
     assert a["server_args"][::-1].index("info") < a["server_args"][::-1].index("warning")
-    assert "--sleep-on-idle" in a["server_args"]
+    assert "--sleep-on-idle" not in a["server_args"]  # alone: nothing to share its GPUs with
+    assert "--sleep-on-idle" in res["b_nospec"]["server_args"]
     assert a["log_scan"]["plugin_active"]["TP1"] == "on" and a["log_scan"]["retract"] == 2
     assert "client blew up" in res["b_nospec"]["error"]
-    assert FakeLauncher.started[1].env["X"] == "1" and FakeLauncher.started[1].env["SGLANG_EAGLE_PAGED"] == "on"
+    assert FakeLauncher.started[0].env["X"] == "1" and FakeLauncher.started[0].env["SGLANG_EAGLE_PAGED"] == "on"
     assert "--speculative-algorithm" not in res["b_nospec"]["server_args"]
     assert res["c_dead"]["error"].startswith("never healthy") and res["c_dead"]["log_tail"] == "last words"
     assert all(s.stopped for s in FakeLauncher.started)
@@ -430,7 +446,7 @@ def test_run_group_records_resumes_and_keeps_going(fake, tmp_path):
     assert calls == ["b_nospec"]
 
 
-def test_run_group_spreads_servers_over_gpus_and_keeps_tp_on_gpu_0(fake, tmp_path):
+def test_run_group_spreads_servers_over_gpus_and_keeps_tp_on_gpu_0_alone(fake, no_stagger, tmp_path):
     url, _ = fake
     FakeLauncher.started = []
     specs = [stress.ServerSpec(RunConfig("soak", page_size=128), target="T", draft="D", port=31000,
@@ -445,5 +461,98 @@ def test_run_group_spreads_servers_over_gpus_and_keeps_tp_on_gpu_0(fake, tmp_pat
     args = {Path(s.log_path).stem: s.args for s in FakeLauncher.started}
     assert "--base-gpu-id" not in args["tp2"] and res["tp2"]["gpu"] == 0  # SGLang places TP from GPU 0
     gpu = {n: a[a.index("--base-gpu-id") + 1] for n, a in args.items() if "--base-gpu-id" in a}
-    assert gpu == {"soak": "0", "a": "1", "b": "1"}  # the soak's 3 units outweigh TP's 1 on GPU 0
+    assert gpu == {"soak": "0", "a": "1", "b": "1"}  # the soak's 3 units outweigh a's and b's 1 each
+    # Without costs TP's run counts on no GPU (it runs alone): a and b are dealt as if it were not there.
+    FakeLauncher.started = []
+    stress.run_group(specs, {s.name: (lambda base: {"ok": True}) for s in specs}, out_json=str(tmp_path / "r2.json"),
+                     log_dir=str(tmp_path / "logs2"), launcher=launcher, gpus=2)
+    args = {Path(s.log_path).stem: s.args for s in FakeLauncher.started}
+    gpu = {n: a[a.index("--base-gpu-id") + 1] for n, a in args.items() if "--base-gpu-id" in a}
+    assert gpu == {"soak": "0", "a": "1", "b": "0"}
     assert all(r.get("ok") for r in res.values())
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_tensor_parallel_server_is_never_alive_beside_another(fake, no_stagger, tmp_path, gpus):
+    """SGLang refuses TP ranks on GPUs with unequal free memory (run 4: 'The memory capacity is
+    unbalanced' with the other groups' servers starting beside TP=2): each TP > 1 server starts
+    once every other server has been measured and stopped, and runs alone."""
+    url, _ = fake
+    FakeLauncher.started, FakeLauncher.starts, FakeLauncher.alive = [], [], set()
+    spec = lambda name, port, extra=(): stress.ServerSpec(  # noqa: E731
+        RunConfig(name, page_size=64, extra=list(extra)), target="T", draft="D", port=port, max_total_tokens=4096)
+    specs = [spec("tp2", 31000, ["--tp", "2"]), spec("a", 31020), spec("tp1", 31040, ["--tp", "1"]),
+             spec("tp2b", 31060, ["--tp-size=2"]), spec("b", 31080), spec("c", 31100)]
+    seen, waits = {}, []
+
+    def work(name):
+        def run(base):
+            seen[name] = set(FakeLauncher.alive)  # who is up while it is measured
+            return {"ok": True}
+        return run
+
+    def wait_free():
+        waits.append(set(FakeLauncher.alive))
+        return {"used_mib": [0] * gpus, "waited_s": 0.0, "free": True}
+
+    launcher = lambda args, **kw: FakeLauncher(args, url=url, fail=(), **kw)  # noqa: E731
+    res = stress.run_group(specs, {s.name: work(s.name) for s in specs}, out_json=str(tmp_path / "r.json"),
+                           log_dir=str(tmp_path / "logs"), launcher=launcher, gpus=gpus, wait_free=wait_free)
+    assert all(r.get("ok") and not r.get("error") for r in res.values()), res
+    tp = {"tp2", "tp2b"}
+    for name, alive_then in FakeLauncher.starts:
+        if name in tp:
+            assert alive_then == set(), f"{name} started beside {alive_then}"
+        else:
+            assert not alive_then & tp, f"{name} started beside {alive_then & tp}"
+    assert seen["tp2"] == {"tp2"} and seen["tp2b"] == {"tp2b"}
+    assert all(not seen[n] & tp for n in ("a", "tp1", "b", "c"))
+    # the others (TP 1 included) still start together, before any TP > 1 server
+    assert [n for n, _ in FakeLauncher.starts][:4] == ["a", "tp1", "b", "c"]
+    assert waits == [set(), set()]  # asked before each TP start, with nothing up
+    assert res["tp2"]["gpus_before_start"]["free"] and "gpus_before_start" not in res["a"]
+    assert "--base-gpu-id" not in res["tp2"]["server_args"] and res["tp2b"]["gpu"] == 0
+    assert FakeLauncher.alive == set()
+
+
+def test_run_group_interrupted_records_what_it_did_not_measure(fake, no_stagger, tmp_path):
+    """A stop (the suite's time limit) during the shared servers leaves a TP server unstarted:
+    recorded as not measured, keeping the error an earlier run recorded for it."""
+    url, _ = fake
+    FakeLauncher.started, FakeLauncher.starts, FakeLauncher.alive = [], [], set()
+    specs = [stress.ServerSpec(RunConfig("a"), target="T", draft="D", port=31000, max_total_tokens=4096),
+             stress.ServerSpec(RunConfig("tp2", extra=["--tp", "2"]), target="T", draft="D", port=31020,
+                               max_total_tokens=4096)]
+    out = tmp_path / "r.json"
+    out.write_text(json.dumps({"tp2": {"error": "server exited with code -9 before becoming healthy"},
+                               "a": {"error": "an earlier run's"}}))
+
+    def interrupted(base):
+        raise KeyboardInterrupt
+
+    launcher = lambda args, **kw: FakeLauncher(args, url=url, fail=(), **kw)  # noqa: E731
+    with pytest.raises(KeyboardInterrupt):
+        stress.run_group(specs, {"a": interrupted, "tp2": lambda base: {}}, out_json=str(out),
+                         log_dir=str(tmp_path / "logs"), launcher=launcher)
+    res = json.loads(out.read_text())
+    assert [n for n, _ in FakeLauncher.starts] == ["a"] and FakeLauncher.alive == set()
+    assert res["a"]["error"] == "not measured: interrupted before its workload ran" and "log_scan" in res["a"]
+    assert res["tp2"]["error"] == "not measured: interrupted before its server started"
+    assert res["tp2"]["earlier_error"].startswith("server exited") and "--tp" in res["tp2"]["server_args"]
+
+
+def test_tp_size_reads_every_spelling():
+    assert stress.tp_size(["--model-path", "m"]) == 1
+    assert stress.tp_size(["--tp", "2"]) == 2 and stress.tp_size(["--tp-size=4"]) == 4
+    assert stress.tp_size(["--tensor-parallel-size", "1", "--port", "2"]) == 1
+
+
+def test_wait_gpus_free_waits_for_the_memory_to_come_back():
+    seen = iter([[66000, 120], [2500, 0], [300, 0]])
+    res = stress.wait_gpus_free(used=lambda: next(seen), poll_s=0, max_used_mib=2048)
+    assert res["used_mib"] == [300, 0] and res["free"] is True
+    # still busy at the time limit: says so (the TP server's own check then decides)
+    res = stress.wait_gpus_free(used=lambda: [66000, 0], poll_s=0, timeout_s=0)
+    assert res["free"] is False and res["used_mib"] == [66000, 0]
+    # no nvidia-smi: cannot tell, does not wait
+    assert stress.wait_gpus_free(used=lambda: None)["free"] is None

@@ -18,19 +18,21 @@ against a fake server too (``tests/test_stress_client.py``).
 - :func:`scan_log`: what the server log says about retraction, leaks, crashes and the
   plugin's activation per TP rank;
 - :func:`run_group`: start servers together, run one workload on each, record every
-  result to JSON as it comes (a re-run resumes).
+  result to JSON as it comes (a re-run resumes); a tensor-parallel server (:func:`tp_size`
+  > 1) runs alone after the others, once :func:`wait_gpus_free` says their memory is back.
 """
 
 from ..server import ServerStartError
 from .client import aborting_stream, run_prompts
 from .logs import scan_log, scan_log_file
 from .prompts import ServerTokenizer, TokenSource, corpus_text, long_context_copy, seeded_lengths
-from .runner import ServerSpec, run_group
+from .runner import ServerSpec, gpu_memory_used_mib, run_group, tp_size, wait_gpus_free
 from .server_state import LoadPoller, idle_check, loads, wait_idle
 from .soak_driver import SOAK_KINDS, SoakConfig, soak
 
 __all__ = [
     "SOAK_KINDS", "LoadPoller", "ServerSpec", "ServerStartError", "ServerTokenizer", "SoakConfig", "TokenSource",
-    "aborting_stream", "corpus_text", "idle_check", "loads", "long_context_copy", "run_group", "run_prompts",
-    "scan_log", "scan_log_file", "seeded_lengths", "soak", "wait_idle",
+    "aborting_stream", "corpus_text", "gpu_memory_used_mib", "idle_check", "loads", "long_context_copy",
+    "run_group", "run_prompts", "scan_log", "scan_log_file", "seeded_lengths", "soak", "tp_size",
+    "wait_gpus_free", "wait_idle",
 ]
