@@ -13,6 +13,7 @@
 """
 
 import functools
+import weakref
 
 import torch
 
@@ -61,21 +62,61 @@ def pool_buffers(pool) -> list | None:
     return buffers
 
 
-def buffer_table(pool, buffers) -> KVBufferTable:
-    # Cached on the pool; rebuilt if its buffers were re-created (e.g. memory saver).
-    table = getattr(pool, _TABLE_ATTR, None)
-    if table is None or not table.matches(buffers):
-        table = KVBufferTable.from_buffers(buffers)
-        setattr(pool, _TABLE_ATTR, table)
+class _PoolTable:
+    """``pool_buffers`` and their :class:`KVBufferTable` (None: not ours to copy), derived once.
+
+    Valid while the pool's buffers are the very tensor objects it was derived from:
+    ``ids`` holds their ids, and a weak reference to each clears ``alive`` when one
+    of them dies, so an id cannot be matched by a later tensor at the same address.
+    Weak, so that buffers the pool has replaced are not kept alive (GPU memory) here.
+    A tensor whose storage is swapped in place (``set_``, ``.data =``) is not noticed;
+    SGLang's own copy kernel makes the same assumption (``data_ptrs`` is built once,
+    in ``_create_buffers``).
+    """
+
+    __slots__ = ("ids", "table", "alive", "refs")
+
+    def __init__(self, ids: tuple, buffers: list, table: KVBufferTable | None):
+        self.ids, self.table = ids, table
+        alive = self.alive = [True]  # not self: no cycle through the callbacks
+
+        def died(_ref, alive=alive):
+            alive[0] = False
+
+        self.refs = [weakref.ref(b, died) for b in buffers]
+
+
+def pool_table(pool) -> KVBufferTable | None:
+    """The :class:`KVBufferTable` of a plain MHA pool's buffers, or None where
+    :func:`pool_buffers` is None. Cached on the pool, re-derived whenever its K or V
+    buffer list holds other tensor objects (re-created, replaced, reordered).
+
+    Runs every verify step (and every draft step outside a plugin-loaded process):
+    a cache hit reads only the buffers' ids, not ``data_ptr``/strides of each.
+    """
+    if type(pool) is not _mha_pool_class():
+        return None
+    k, v = pool.k_buffer, pool.v_buffer
+    ids = (*map(id, k), *map(id, v))
+    cached = getattr(pool, _TABLE_ATTR, None)
+    if cached is not None and cached.alive[0] and cached.ids == ids:
+        return cached.table
+    buffers = pool_buffers(pool)
+    table = KVBufferTable.from_buffers(buffers) if buffers is not None else None
+    try:
+        entry = _PoolTable(ids, list(k) + list(v), table)
+    except TypeError:  # a buffer type without weak references: derive every call
+        return table
+    setattr(pool, _TABLE_ATTR, entry)
     return table
 
 
 def duplicate_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
     """Copy with our kernel if the pool is one we handle; False means "not handled"."""
-    buffers = pool_buffers(pool)
-    if buffers is None:
+    table = pool_table(pool)
+    if table is None:
         return False
-    duplicate_kv_pairs(buffer_table(pool, buffers), tgt_loc, src_loc)
+    duplicate_kv_pairs(table, tgt_loc, src_loc)
     return True
 
 
@@ -106,18 +147,18 @@ def move_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
     """SGLang's in-place-safe move with our staged kernel; False means "not handled" (the
     pool is not a plain MHA pool, or SGLang would not use its own kernel for it either)."""
     chunk = compat.kv_move_chunk(pool)
-    buffers = pool_buffers(pool) if chunk else None
-    if buffers is None:
+    table = pool_table(pool) if chunk else None
+    if table is None:
         return False
-    move_kv_rows(buffer_table(pool, buffers), tgt_loc, src_loc, chunk=chunk)
+    move_kv_rows(table, tgt_loc, src_loc, chunk=chunk)
     return True
 
 
 def warm_up_moves(pool) -> None:
     """Compile the staged move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
-    buffers = pool_buffers(pool)
-    if buffers:
-        zero = torch.zeros(1, dtype=torch.int64, device=buffers[0].device)
+    table = pool_table(pool)
+    if table is not None:
+        zero = torch.zeros(1, dtype=torch.int64, device=table.ptrs.device)
         move_in_pool(pool, zero, zero)
 
 
