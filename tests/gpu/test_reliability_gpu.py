@@ -5,8 +5,9 @@
 
 Results go to $REL_OUT/reliability.json (merged as they come; a re-run resumes), logs to
 $REL_OUT/logs. REL_REPLAY=path/to/reliability.json runs the assertions on a recording on
-the CPU (until tests/conftest.py honours REL_REPLAY, also set E2E_REPLAY=1 so it does not
-skip gpu tests). Every server's configuration is spelled out below.
+the CPU; with a logs/ folder beside it, each record's log (by file name) is scanned again by
+the current stress.scan_log, so a recording is judged by today's log rules. Every server's
+configuration is spelled out below.
 """
 
 import dataclasses
@@ -193,6 +194,9 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 # REL_GPUS=2 (nvidia-h200-x2): the first group asked for starts every group's servers at once,
 # spread over the GPUs by these workload costs (the soak streams for REL_SOAK_S), each GPU running
 # its servers' workloads one after another, the GPUs side by side; later groups reuse the results.
+# The TP=2 server is not among them: stress.run_group starts it alone once the others are stopped
+# and the GPUs' memory is back (run 4: started beside them, SGLang refused it, "The memory capacity
+# is unbalanced").
 GPUS = int(os.environ.get("REL_GPUS", "1"))
 COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
 _together = {}
@@ -208,19 +212,33 @@ def _long32k_models_ready() -> bool:
     return True
 
 
+def _replay():
+    results = json.loads(Path(REPLAY).read_text())
+    logs = Path(REPLAY).parent / "logs"
+    if logs.is_dir():
+        for name, rec in results.items():
+            log = logs / Path(rec.get("log") or f"{name}.log").name
+            if log.is_file():
+                rec["log_scan"] = stress.scan_log_file(log)
+                rec["log_scan_source"] = str(log)
+    return results
+
+
 def _run(specs):
     if REPLAY:
-        return json.loads(Path(REPLAY).read_text())
+        if "replay" not in _together:
+            _together["replay"] = _replay()
+        return _together["replay"]
     if GPUS > 1:
         if "results" not in _together:
             specs = PRESSURE + LONG8K + SOAK + (LONG32K if _long32k_models_ready() else [])
             specs += TP if torch.cuda.device_count() >= 2 else []
             _together["results"] = stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"),
                                                     log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS,
-                                                    triton_seeds=SEEDS)
+                                                    triton_seeds=SEEDS, wait_free=stress.wait_gpus_free)
         return _together["results"]
     return stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"), log_dir=str(OUT / "logs"),
-                            triton_seeds=SEEDS)
+                            triton_seeds=SEEDS, wait_free=stress.wait_gpus_free)
 
 
 @pytest.fixture(scope="session")
@@ -253,7 +271,11 @@ def _ok(results, name):
             pytest.skip(f"{name} was not measured in this recording")
         raise AssertionError(f"{name} has no result")
     rec = results[name]
-    assert not rec.get("error"), f"{name}: {rec.get('error')}\n{rec.get('log_tail', '')}"
+    if REPLAY and str(rec.get("error", "")).startswith("not measured"):
+        # as the e2e suite: the recording's time limit came first, nothing to judge (a live run fails)
+        pytest.skip(f"{name}: {rec['error']}")
+    error, tail = str(rec.get("error") or ""), rec.get("log_tail") or ""
+    assert not error, f"{name}: {error}" + ("" if tail in error else f"\n{tail}")
     return rec
 
 
@@ -267,6 +289,8 @@ def _run_ok(rec, key):
 
 def _clean_log(rec):
     scan = rec["log_scan"]
+    if scan.get("optional_endpoint"):  # SGLang's optional OpenAI endpoints that did not start (stress.logs)
+        print(f"{rec['config']['name']}: optional endpoints not started: {scan['examples']['optional_endpoint']}")
     assert scan["leak"] == 0 and scan["traceback"] == 0 and scan["cuda_error"] == 0, scan["examples"]
 
 
@@ -390,7 +414,9 @@ def test_tp_plugin_active_on_every_rank(tp):
         rec = _ok(tp, name)
         active = rec["log_scan"]["plugin_active"]
         print(f"{name}: plugin active {active}; other plugin lines {rec['log_scan']['plugin_other']}")
-        assert all(active.get(r) == "on" for r in ranks), active
+        # (run 4: no plugin line in any log; SGLang 0.5.12 runs plugins before it sets up logging, see stress.logs)
+        assert all(active.get(r) == "on" for r in ranks), \
+            f"{name}: '[sglang-eagle-paged] active: mode=on' wanted from {sorted(ranks)}, found {active} in {rec['log']}"
 
 
 def test_tp2_outputs_match_tp1(tp):
@@ -419,7 +445,8 @@ def test_write_summary():
     if not path.exists():
         pytest.skip("nothing measured")
     rows = {n: {"error": r.get("error"), "log": {k: (r.get("log_scan") or {}).get(k)
-                                                for k in ("retract", "retracted_reqs", "leak", "traceback")},
+                                                for k in ("retract", "retracted_reqs", "leak", "traceback",
+                                                          "optional_endpoint")},
                 **{k: {s: (v.get("summary") or {}).get(s) for s in ("num_errors", "acceptance_length",
                                                                       "output_throughput")}
                    for k, v in r.items() if isinstance(v, dict) and "summary" in v}}

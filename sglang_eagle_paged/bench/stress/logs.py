@@ -5,6 +5,11 @@ endpoints and logs a failed one as ``Can not initialize <Name>, error: Traceback
 ``OpenAIServingResponses`` without the optional ``openai_harmony`` package) and serves on without
 it. Those are counted as ``optional_endpoint``, each example followed by the exception that ended
 it; every other traceback counts as ``traceback``.
+
+``plugin_active`` (rank -> mode) sees only plugin lines that reach the log. SGLang 0.5.12.post1
+runs plugins (``load_plugins``) in the launcher and in each scheduler before that process
+configures logging (``configure_logger``), so an INFO line from the plugin's ``register()`` is
+dropped there: run 4's logs, ``--log-level info`` included, hold no plugin line at all.
 """
 
 from __future__ import annotations
