@@ -2,16 +2,21 @@
 # Device call(s): the GPU reliability suite (tests/gpu/test_reliability_gpu.py): KV pressure,
 # soak with aborts and empty prompts, 8k contexts on the testbed, 32k on the 8B-shaped dummy
 # pair, TP=2 vs TP=1.
-# KIND: nvidia-h200-x2 (the TP test needs 2 GPUs and skips on one; everything else uses GPU 0).
+# KIND: nvidia-h200-x2 (the TP test needs 2 GPUs and skips on one).
 # The machine must be warm with SGLang core + FA3 installed (call_core.sh, then call_large.sh's
 # FA3 install, on the same x2 machine), like call_testbed.sh.
 # carry: .whl .devbundle/extra (the testbed weights travel as tracked files)
 # On x2 (REL_GPUS defaults to the GPU count) every group's servers start together, spread over
-# both GPUs, and the whole suite is meant to fit one call (not yet run on a GPU); on one GPU,
-# REL_K picks groups (pytest -k), one call each fits in 10 minutes, e.g.
+# both GPUs, except the TP=2 server: it starts alone once all the others are measured and stopped
+# and nvidia-smi shows the GPUs' memory back (SGLang refuses TP ranks on GPUs with unequal free
+# memory: run 4, started beside the others, it failed with "The memory capacity is unbalanced").
+# Run 4 took 6 min without it; its own start and run add a minute or two, so the suite should fit
+# one call; if the time limit comes first it is recorded "not measured" and the same call again
+# runs only what is missing. On one GPU, REL_K picks groups (pytest -k), one call each fits in
+# 10 minutes, e.g.
 #   REL_K="pressure or long8k"   4 servers together, ~5 min
 #   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min
-#   REL_K="tp"                   3 servers (one TP=2), ~4 min
+#   REL_K="tp"                   2 servers together, then the TP=2 one alone (needs 2 GPUs), ~5 min
 #   REL_K="long32k"              2 dummy 8B servers, ~5 min (makes /tmp/models if missing)
 # Results accumulate in /tmp/reliability/reliability.json: the same call again resumes.
 source scripts/device/prelude.sh
