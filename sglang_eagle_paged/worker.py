@@ -11,6 +11,9 @@ own method. Compared with SGLang 0.5.12.post1's version it:
 - restores the allocator in a ``finally``, so a failure cannot leak the draft slots.
 """
 
+import logging
+import time
+
 import torch
 
 from . import compat
@@ -19,6 +22,7 @@ from .kernels.layout import extend_lens
 from .kv_copy import move_pairs
 from .mode import Mode
 
+logger = logging.getLogger("sglang_eagle_paged")
 
 def handles(worker) -> bool:
     return worker.page_size > 1 and worker.topk > 1
@@ -109,8 +113,17 @@ def worker_init_hook(result, worker, *args, **kwargs):
     """AFTER hook for ``EAGLEWorker.__init__``."""
     from .mode import current_mode
 
-    if current_mode() is not Mode.OFF:
+    mode = current_mode()
+    if mode is not Mode.OFF:
+        t0 = time.perf_counter()
         warm_up(worker)
+        # SGLang loads plugins before it configures logging (launcher and schedulers alike), so
+        # register()'s own line is dropped; this one comes after, once per TP rank, with its prefix.
+        logger.info(
+            "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
+            "warm-up %.0f ms", mode.value, "ours" if handles(worker) else "SGLang's",
+            worker.page_size, worker.topk, worker.speculative_num_steps, 1e3 * (time.perf_counter() - t0),
+        )
     return result
 
 

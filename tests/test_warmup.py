@@ -77,3 +77,19 @@ def test_warm_up_skips_configurations_sglang_handles():
     with capture_specializations(_assign_tree_draft_slots_kernel) as specs:
         warm_up(h.worker)
     assert specs == []
+
+
+@pytest.mark.parametrize("page,handled", [(16, "ours"), (1, "SGLang's")])
+def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handled):
+    """The line the reliability suite looks for on every TP rank (register()'s own is lost:
+    SGLang loads plugins before it sets up logging)."""
+    from sglang_eagle_paged.bench.stress.logs import scan_log
+    from sglang_eagle_paged.worker import worker_init_hook
+
+    monkeypatch.setenv("SGLANG_EAGLE_PAGED", "on")
+    h = PagedTreeHarness(page, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
+    with caplog.at_level("INFO", logger="sglang_eagle_paged"):
+        assert worker_init_hook("result", h.worker) == "result"
+    line = next(r.getMessage() for r in caplog.records if "active: mode=" in r.getMessage())
+    assert f"tree drafting={handled} (page {page}, topk 4, steps 3)" in line
+    assert scan_log(f"[2026-11-30 07:11:48 TP1] {line}")["plugin_active"] == {"TP1": "on"}
