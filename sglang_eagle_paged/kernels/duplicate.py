@@ -58,7 +58,7 @@ class KVBufferTable:
     row_elems: torch.Tensor   # int64 [n]
     elem_bytes: int
     row_elems_max: int
-    keys: tuple               # (data_ptr, row_bytes) per buffer, to detect a rebuilt pool
+    keys: tuple               # (data_ptr, row_bytes) per buffer; its length is the grid's layer axis
     block_p: int = 0          # launch shape, fixed per table: nothing left to decide per call
     block_e: int = 0
 
@@ -87,13 +87,9 @@ class KVBufferTable:
             keys=tuple(zip(ptrs, row_bytes)),
         )
 
-    def matches(self, buffers: Sequence[torch.Tensor]) -> bool:
-        return self.keys == _keys(buffers)
-
 
 def _keys(buffers) -> tuple:
-    # (address, row bytes) per buffer; stride(0) is the row length of a contiguous
-    # buffer, and reading it creates no view (this runs every draft step)
+    # (address, row bytes) per buffer; stride(0) is the row length of a contiguous buffer
     return tuple((b.data_ptr(), b.stride(0) * b.element_size()) for b in buffers)
 
 
