@@ -243,6 +243,30 @@ def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
     return rows
 
 
+def bench_verify_bookkeeping(shapes, gen):
+    """SGLang's torch.compile'd ``get_src_tgt_cache_loc`` (run once per paged tree verify) vs ours
+    (eager, the REPLACE hook), same inputs; first call includes Dynamo's compile."""
+    from sglang.srt.speculative import spec_utils
+
+    from sglang_eagle_paged.harness import verify_bookkeeping_inputs
+    from sglang_eagle_paged.verify_compaction import src_tgt_cache_loc
+
+    rows = []
+    for bs, draft_tokens, page in shapes:
+        args = [t.to(DEV) for t in verify_bookkeeping_inputs(gen, bs, draft_tokens, page)] + [draft_tokens, page]
+        row = dict(bs=bs, draft_tokens=draft_tokens, page=page)
+        impls = (("upstream", lambda: spec_utils.get_src_tgt_cache_loc(*args)), ("ours", lambda: src_tgt_cache_loc(*args)))
+        for name, fn in impls:
+            row[f"{name}_first_call_ms"] = round(first_call_ms(fn), 2)
+        theirs, ours = (fn() for _, fn in impls)
+        row["identical"] = torch.equal(theirs[0], ours[0]) and torch.equal(theirs[2], ours[2])
+        for name, fn in impls:
+            row.update(prefixed(name, measure(fn, f"verify bookkeeping bs{bs} p{page} {name}")))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def bench_assign(bs_list, page, topk, steps, gen):
     from sglang.srt.speculative.spec_utils import assign_draft_cache_locs
     from sglang.srt.utils import next_power_of_2
@@ -528,6 +552,16 @@ def markdown(res) -> str:
                 extra = f"{r['speedup']}x" if p == "ours" else ""
                 out.append(f"| {r['layers']} | {r['bs']} | {r['draft_tokens']} | {r['pairs']} | {name} | "
                            f"{timing_cells(r, p)} | {r[f'{p}_first_call_ms']} | {extra} | {r[f'{p}_GBps']} |")
+    if res.get("verify_bookkeeping"):
+        out += ["", "## Paged verify bookkeeping (`get_src_tgt_cache_loc`)", "",
+                "SGLang's function under `torch.compile(dynamic=True)` against ours in eager torch (the default "
+                "REPLACE hook), same inputs; first call includes compilation.", "",
+                f"| bs | draft tokens | page | implementation | {TIMING_HEAD} | first call ms | identical |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["verify_bookkeeping"]:
+            for p, name in (("upstream", "SGLang (torch.compile)"), ("ours", "ours (eager)")):
+                out.append(f"| {r['bs']} | {r['draft_tokens']} | {r['page']} | {name} | {timing_cells(r, p)} | "
+                           f"{r[f'{p}_first_call_ms']} | {r['identical'] if p == 'ours' else ''} |")
     if res.get("fa3_replay"):
         out += ["", "## FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`, the default)", "",
                 "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
@@ -600,6 +634,7 @@ def main():
         x_shapes = [(2, 4, 3, 16)]
         v_shapes, v_layers = [(3, 8, 2)], 2
         r_shapes = [(2, 4, 3, 16)]
+        b_shapes = [(3, 8, 16)]
     else:
         shapes = [(1, 64, 8), (8, 64, 8), (64, 64, 8), (64, 128, 8), (256, 128, 8), (1, 16, 2), (64, 16, 4),
                   (128, 256, 10), (256, 256, 10)]
@@ -611,6 +646,7 @@ def main():
         # (bs, draft tokens, mean accepted): Llama-3-8B's 32 layers of 8 x 128 bf16
         v_shapes, v_layers = [(1, 64, 2), (16, 64, 2), (16, 64, 4), (48, 64, 4), (48, 64, 6)], 32
         r_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (32, 8, 5, 64), (16, 8, 5, 128), (16, 4, 3, 16)]
+        b_shapes = [(1, 64, 64), (16, 64, 64), (48, 64, 64), (16, 64, 128), (16, 32, 16)]
     res = dict(device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (Triton interpreter)",
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
                versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
@@ -623,6 +659,10 @@ def main():
         res["verify_move"] = bench_verify_move(v_shapes, v_layers, heads, hd, min(slots, 1 << 16), gen)
     except Exception as exc:  # noqa: BLE001 - report, keep the rest
         res["verify_move_skipped"] = f"{type(exc).__name__}: {exc}"
+    try:
+        res["verify_bookkeeping"] = bench_verify_bookkeeping(b_shapes, gen)
+    except Exception as exc:  # noqa: BLE001 - e.g. no compiler for torch.compile here: report, keep the rest
+        res["verify_bookkeeping_skipped"] = f"{type(exc).__name__}: {exc}"
     try:
         res["fa3_expand"] = bench_fa3_expand(x_shapes, gen)
     except ImportError as exc:  # SGLang's FA3 backend module did not import here

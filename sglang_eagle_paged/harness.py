@@ -206,3 +206,17 @@ def verify_compaction_pairs(accepted, draft_tokens: int, num_slots: int, gen, fi
         src.append(row[picks])
         tgt.append(row[:n])
     return torch.cat(tgt), torch.cat(src)
+
+
+def verify_bookkeeping_inputs(gen, bs: int, draft_token_num: int, page_size: int):
+    """(seq_lens, out_cache_loc, accept_index, num_correct_drafts) of a paged tree verify, as
+    ``eagle_info`` passes them to ``get_src_tgt_cache_loc``: per request ``draft_token_num``
+    fresh slots, 0..5 accepted drafts after the root, ``accept_index`` listing accepted rows."""
+    seq_lens = torch.randint(1, 5 * page_size + 2, (bs,), generator=gen)
+    out_cache_loc = torch.randperm(bs * draft_token_num * 4, generator=gen)[: bs * draft_token_num] + 1
+    num_correct = torch.randint(0, min(draft_token_num, 6), (bs,), generator=gen, dtype=torch.int32)
+    accept_index = torch.cat([
+        i * draft_token_num + torch.cat([torch.zeros(1, dtype=torch.int64),
+                                         torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
+        for i, c in enumerate(num_correct)])
+    return seq_lens, out_cache_loc, accept_index, num_correct
