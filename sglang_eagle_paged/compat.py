@@ -33,6 +33,9 @@ FA3_MULTI_STEP_REPLAY = FA3_MODULE + ".FlashAttentionMultiStepBackend.init_forwa
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
+# Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).
+DRAFT_STEP = EAGLE_WORKER + ".draft"
+VERIFY_STEP = EAGLE_WORKER + ".verify"
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,6 +90,12 @@ def last_verified_tokens(spec_info):
     """The tokens the penalizer accumulates: renamed verified_id -> bonus_tokens in 0.5.12."""
     tokens = getattr(spec_info, "bonus_tokens", None)
     return tokens if tokens is not None else spec_info.verified_id
+
+
+def worker_kv_pools(worker) -> dict:
+    """An EAGLEWorker's KV pools by part: the draft model's own, and the target model's."""
+    return {"draft": worker.draft_model_runner.token_to_kv_pool,
+            "target": worker.target_worker.model_runner.token_to_kv_pool}
 
 
 def resolve(target: str):

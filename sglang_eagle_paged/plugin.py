@@ -30,6 +30,10 @@ def _hooks(mode: Mode):
     # In both modes: fake differs from on by the draft copy alone (the worker skips it),
     # while the post-verify move, which has nothing to do with the bug, is ours in both.
     hooks[compat.MOVE_KV_CACHE] = (move_kv_cache_hook, "AROUND")
+    from . import prefix_check
+
+    if prefix_check.enabled():  # debug only: costs a sync and two reads of every prefix per step
+        hooks.update(prefix_check.hooks())
     return hooks
 
 
@@ -125,11 +129,11 @@ def register() -> None:
     _state["active"] = mode.value
     logger.info(
         "[sglang-eagle-paged] active: mode=%s, worker=%s._draft_preprocess_decode (paged tree drafting), "
-        "kv copy=%s, fa3 expand metadata=%s, fa3 draft replay metadata=%s, sglang %s",
+        "kv copy=%s, fa3 expand metadata=%s, fa3 draft replay metadata=%s, prefix check=%s, sglang %s",
         mode.value, compat.EAGLE_WORKER, "one-launch duplication" if mode is Mode.ON else "skipped (fake)",
         "one-launch kernel" if _state.get("fa3_expand") else "SGLang's",
         "fused, one launch per step" if _state.get("fa3_expand") == "fused" else "SGLang's",
-        compat.sglang_version(),
+        "on" if compat.DRAFT_STEP in hooks else "off", compat.sglang_version(),
     )
 
 

@@ -111,6 +111,7 @@ def warm_up(worker) -> None:
 
 def worker_init_hook(result, worker, *args, **kwargs):
     """AFTER hook for ``EAGLEWorker.__init__``."""
+    from . import prefix_check
     from .mode import current_mode
 
     mode = current_mode()
@@ -121,8 +122,9 @@ def worker_init_hook(result, worker, *args, **kwargs):
         # register()'s own line is dropped; this one comes after, once per TP rank, with its prefix.
         logger.info(
             "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
-            "warm-up %.0f ms", mode.value, "ours" if handles(worker) else "SGLang's",
+            "warm-up %.0f ms%s", mode.value, "ours" if handles(worker) else "SGLang's",
             worker.page_size, worker.topk, worker.speculative_num_steps, 1e3 * (time.perf_counter() - t0),
+            ", prefix check on" if prefix_check.enabled() else "",
         )
     return result
 

@@ -48,6 +48,7 @@ print("RESULT " + json.dumps({{
                  in HookRegistry._patched,
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
+    "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
 }}))
 """
 
@@ -58,7 +59,8 @@ BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGL
 
 def _env(**extra):
     env = {k: v for k, v in os.environ.items()
-           if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND")}
+           if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
+                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX")}
     env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
@@ -81,6 +83,7 @@ CASES = {
     "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
     "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
+    "check_prefix": (_py(), {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -157,6 +160,15 @@ def test_fa3_metadata_replacement_is_fused_by_default_and_can_be_turned_off(runs
     assert "fa3 expand metadata=one-launch kernel" in runs["fa3_expand"].stderr
     p = runs["fa3_expand_bogus"]
     assert p.returncode != 0 and "SGLANG_EAGLE_PAGED_FA3_EXPAND" in p.stderr
+
+
+def test_prefix_check_hooks_only_when_asked(runs):
+    """The debug check wraps EAGLEWorker.draft and .verify with SGLANG_EAGLE_PAGED_CHECK_PREFIX=1 only."""
+    for name in ("default", "fake", "off"):
+        assert result(runs[name])["prefix_check"] == [False, False], name
+    r = result(runs["check_prefix"])
+    assert r["prefix_check"] == [True, True] and subset(r, ALL_ON) == ALL_ON
+    assert "prefix check=on" in runs["check_prefix"].stderr and "prefix check=off" in runs["default"].stderr
 
 
 def test_invalid_mode_exits_naming_valid_values(runs):

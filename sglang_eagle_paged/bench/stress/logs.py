@@ -10,6 +10,10 @@ it; every other traceback counts as ``traceback``.
 runs plugins (``load_plugins``) in the launcher and in each scheduler before that process
 configures logging (``configure_logger``), so an INFO line from the plugin's ``register()`` is
 dropped there: run 4's logs, ``--log-level info`` included, hold no plugin line at all.
+
+``prefix_checks`` (rank -> last reported steps, requests, violations) and ``prefix_violations`` (ERROR
+lines) come from :mod:`sglang_eagle_paged.prefix_check`, on with ``SGLANG_EAGLE_PAGED_CHECK_PREFIX=1``;
+its periodic line is INFO, so the server needs ``--log-level info``.
 """
 
 from __future__ import annotations
@@ -29,15 +33,21 @@ _RE = {
     "plugin_active": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] active: mode=(\w+)"),
     "plugin_other": re.compile(r"\[sglang-eagle-paged\] (inactive|.*=off: stock)"),
     "tp_rank": re.compile(r"\b(TP\d+)\b"),
+    # prefix_check's periodic INFO line (cumulative counts of that process) and its ERROR line
+    "prefix_check": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] prefix check: (\d+) steps, (\d+) request-checks, "
+                               r"(\d+) violations"),
+    "prefix_violation": re.compile(r"\[sglang-eagle-paged\] prefix integrity violated"),
 }
 
 
 def scan_log(text: str, examples: int = 3) -> dict:
     """Counts (and first lines) of what matters in a server log."""
-    out: dict = {k: 0 for k in ("retract", "leak", "traceback", "optional_endpoint", "cuda_error", "http_error")}
+    out: dict = {k: 0 for k in ("retract", "leak", "traceback", "optional_endpoint", "cuda_error", "http_error",
+                                "prefix_violation")}
     lines: dict[str, list] = {k: [] for k in out}
     retracted = 0
     active: dict[str, str] = {}
+    prefix_checks: dict[str, dict] = {}
     other_plugin = []
     open_optional = None  # index of the optional-endpoint example still waiting for its exception line
     for line in text.splitlines():
@@ -64,7 +74,13 @@ def scan_log(text: str, examples: int = 3) -> dict:
             active[rank.group(1) if rank else "main"] = m.group(2)
         elif _RE["plugin_other"].search(line) and len(other_plugin) < examples:
             other_plugin.append(line.strip()[:300])
-    out.update(retracted_reqs=retracted, plugin_active=active, plugin_other=other_plugin, examples=lines)
+        m = _RE["prefix_check"].search(line)
+        if m:
+            rank = _RE["tp_rank"].search(m.group(1))
+            prefix_checks[rank.group(1) if rank else "main"] = dict(
+                zip(("steps", "requests", "violations"), map(int, m.group(2, 3, 4))))
+    out.update(retracted_reqs=retracted, plugin_active=active, plugin_other=other_plugin, prefix_checks=prefix_checks,
+               prefix_violations=out.pop("prefix_violation"), examples=lines)
     return out
 
 
