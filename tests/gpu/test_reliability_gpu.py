@@ -23,6 +23,7 @@ REPLAY = os.environ.get("REL_REPLAY")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+from sglang_eagle_paged import prefix_check  # noqa: E402
 from sglang_eagle_paged.bench import stress  # noqa: E402
 from sglang_eagle_paged.bench.e2e import NEAR_TIE, RunConfig, agreement  # noqa: E402
 from sglang_eagle_paged.bench.mtbench import load_questions  # noqa: E402
@@ -46,6 +47,10 @@ PARITY_TOL = 0.03
 # --log-level warning --cuda-graph-max-bs 32 --disable-piecewise-cuda-graph (extras below
 # come after and win).
 EAGLE = dict(topk=8, steps=5, num_draft_tokens=64, backend="fa3")
+INFO = ["--log-level", "info"]
+# The debug prefix check (sglang_eagle_paged.prefix_check) on the servers that retract and abort
+# most; its periodic line is INFO, hence INFO logs there too.
+CHECK_PREFIX = {prefix_check.ENV_VAR: "1"}
 
 
 # --mem-fraction-static is what SGLang demands free at start-up (total x (1 - fraction)); the pools
@@ -65,7 +70,7 @@ def _spec(cfg, port, max_total_tokens, *, target=TARGET, draft=DRAFT, mem_fracti
 PRESSURE_PROMPTS = dict(n=48, low=500, high=1500, max_new=256, parallel=48)
 PRESSURE = [
     _spec(RunConfig("nospec_ref_p1", algorithm=None, page_size=1, backend="fa3"), 31000, 200_000),
-    _spec(RunConfig("pressure_on_p128", page_size=128, **EAGLE), 31020, 12288),
+    _spec(RunConfig("pressure_on_p128", page_size=128, extra=INFO, **EAGLE), 31020, 12288, env=CHECK_PREFIX),
 ]
 # 3a. Long contexts on the testbed: 16 prompts of 8192 tokens, page 128, ours vs SGLang's built-in.
 LONG8K_PROMPTS = dict(n=16, length=8192, max_new=256, parallel=8)
@@ -75,7 +80,7 @@ LONG8K = [
 ]
 # The non-speculative reference of 1 and 3a is one server (nospec_ref_p1, in PRESSURE's group).
 # 2. Soak: a moderate pool, so aborts and retractions meet.
-SOAK = [_spec(RunConfig("soak_on_p128", page_size=128, **EAGLE), 31080, 32768)]
+SOAK = [_spec(RunConfig("soak_on_p128", page_size=128, extra=INFO, **EAGLE), 31080, 32768, env=CHECK_PREFIX)]
 # 3b. 32k: the 8B-shaped dummy pair (random weights: no correctness, no acceptance) with a config
 # copy that says 40960 positions (stress.long_context_copy says why not --context-length alone).
 LONG32K_PROMPTS = dict(n=4, length=32768, max_new=128, parallel=4)
@@ -89,7 +94,6 @@ LONG32K = [
 ]
 # 4. Tensor parallel (2 GPUs): TP 1 vs TP 2 at page 64, INFO logs to see each rank's plugin line.
 TP_PROMPTS = dict(n=48, low=200, high=1200, max_new=200, parallel=16)
-INFO = ["--log-level", "info"]
 TP = [
     _spec(RunConfig("tp_nospec_ref_p1", algorithm=None, page_size=1, backend="fa3"), 31140, 131_072),
     _spec(RunConfig("tp1_on_p64", page_size=64, extra=INFO, **EAGLE), 31160, 131_072),
@@ -386,6 +390,30 @@ def test_soak_pool_empty_and_healthy_at_the_end(soaked):
     for key in ("loads_idle", "loads_after_flush"):
         assert after[key].get("num_used_tokens") == 0 and after[key].get("num_running_reqs") == 0, after
     assert after["flush_cache_status"] == 200
+
+
+# --------------------------------------------------------------------------- 1+2. prefix KV integrity
+
+PREFIX_CHECKED = {"pressure_on_p128": "pressure", "soak_on_p128": "soaked"}  # server -> fixture
+
+
+@pytest.mark.parametrize("name", sorted(PREFIX_CHECKED))
+def test_prefix_kv_unchanged_by_every_draft_and_verify(request, name):
+    """Each scheduler hashed every prefix's KV rows (draft and target pools) before and after each
+    draft and verify step: some steps checked, no prefix byte changed."""
+    rec = _ok(request.getfixturevalue(PREFIX_CHECKED[name]), name)
+    scan = rec["log_scan"]
+    if REPLAY and (rec["config"].get("env") or {}).get(prefix_check.ENV_VAR) != "1":
+        pytest.skip(f"{name}: recorded without {prefix_check.ENV_VAR}=1 (before the prefix check was wired in)")
+    if REPLAY and "prefix_checks" not in scan:
+        pytest.skip(f"{name}: its log was scanned before scan_log read prefix-check lines, and no logs/ to rescan")
+    checks = scan["prefix_checks"]
+    print(f"{name}: prefix checks {checks}; violation lines {scan['prefix_violations']}")
+    assert checks, (f"{name}: no '[sglang-eagle-paged] prefix check:' line in {rec['log']} "
+                    f"(wanted with {prefix_check.ENV_VAR}=1 and --log-level info)")
+    assert all(c["steps"] > 0 and c["requests"] > 0 for c in checks.values()), checks
+    assert all(c["violations"] == 0 for c in checks.values()), (checks, scan["examples"]["prefix_violation"])
+    assert scan["prefix_violations"] == 0, scan["examples"]["prefix_violation"]
 
 
 # --------------------------------------------------------------------------- 3b. 32k contexts
