@@ -33,6 +33,9 @@ FA3_MULTI_STEP_REPLAY = FA3_MODULE + ".FlashAttentionMultiStepBackend.init_forwa
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
+# The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is eager). Imported by
+# name into eagle_info and ngram_info: the registry patches those modules' references too.
+SRC_TGT_CACHE_LOC = "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc"
 # Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).
 DRAFT_STEP = EAGLE_WORKER + ".draft"
 VERIFY_STEP = EAGLE_WORKER + ".verify"

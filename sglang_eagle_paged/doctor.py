@@ -154,7 +154,7 @@ def run(args) -> int:
             for target in plugin._hooks(mode):
                 ok &= _line(target in HookRegistry._patched, "hook", target)
             for target in plugin._optional_hooks():
-                _line(None, "hook (warm-up)", f"{target}: {'applied' if target in HookRegistry._patched else 'absent'}")
+                _line(None, "hook (optional)", f"{target}: {'applied' if target in HookRegistry._patched else 'absent'}")
             fa3x = compat.FA3_EXPAND_METADATA in HookRegistry._patched
             _line(None, "fa3 expand metadata", "one-launch kernel" if fa3x
                   else "SGLang's (SGLANG_EAGLE_PAGED_FA3_EXPAND=0)")

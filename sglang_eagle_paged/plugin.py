@@ -38,11 +38,14 @@ def _hooks(mode: Mode):
 
 
 def _optional_hooks() -> dict:
-    # Start-up warm-up only: without it serving still works (the kernels compile on
-    # the first draft step), so a release without this class is no reason to stop.
+    # Without these serving is still right, only slower: STANDALONE's warm-up (its kernels
+    # would compile on the first draft step) and the eager verify bookkeeping (SGLang's
+    # torch.compile'd one stays). A release without the target is no reason to stop.
+    from .verify_compaction import src_tgt_cache_loc
     from .worker import worker_init_hook
 
-    return {compat.STANDALONE_WORKER_INIT: (worker_init_hook, "AFTER")}
+    return {compat.STANDALONE_WORKER_INIT: (worker_init_hook, "AFTER"),
+            compat.SRC_TGT_CACHE_LOC: (src_tgt_cache_loc, "REPLACE")}
 
 
 def _register_fa3_expand() -> None:
@@ -112,7 +115,7 @@ def register() -> None:
         try:
             compat.resolve(target)
         except (ImportError, AttributeError) as exc:
-            logger.warning("[sglang-eagle-paged] no start-up warm-up for %s: %s", target, exc)
+            logger.warning("[sglang-eagle-paged] %s not found, SGLang's own path stays: %s", target, exc)
             continue
         HookRegistry.register(target, hook, HookType[hook_type])
     # Applied now rather than after all plugins so that we can check the result;

@@ -46,6 +46,9 @@ print("RESULT " + json.dumps({{
     "fa3_expand": getattr(fa3, "__name__") + ".draft_decode_set_expand_metadata" in HookRegistry._patched,
     "fa3_fused": getattr(fa3, "__name__") + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
                  in HookRegistry._patched,
+    "verify_bookkeeping": "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc" in HookRegistry._patched
+                          and __import__("sglang.srt.speculative.eagle_info", fromlist=["x"]).get_src_tgt_cache_loc
+                          is __import__("sglang.srt.speculative.spec_utils", fromlist=["x"]).get_src_tgt_cache_loc,
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
     "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
@@ -108,9 +111,9 @@ def result(p):
 
 
 ALL_ON = {"draft": True, "move": True, "spec": True, "init": True, "standalone_init": True, "mode": "on",
-          "kv_hook_installed": True}
+          "kv_hook_installed": True, "verify_bookkeeping": True}
 NONE = {"draft": False, "move": False, "spec": False, "init": False, "standalone_init": False,
-        "kv_hook_installed": False}
+        "kv_hook_installed": False, "verify_bookkeeping": False}
 
 
 def subset(r, want):
@@ -145,7 +148,8 @@ def test_mode_off_hooks_nothing(runs):
 def test_mode_fake_hooks_the_same_targets_as_on(runs):
     """fake skips the draft copy inside the worker; the post-verify move is ours in both modes."""
     r = result(runs["fake"])
-    want = {"draft": True, "spec": True, "move": True, "mode": "fake", "kv_hook_installed": True}
+    want = {"draft": True, "spec": True, "move": True, "mode": "fake", "kv_hook_installed": True,
+            "verify_bookkeeping": True}
     assert subset(r, want) == want
 
 
