@@ -283,6 +283,13 @@ def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     assert set(core) < set(ext) and ext["triton_on_p64"].backend == "triton"
     assert ext["oracle_on_p64"].algorithm == "STANDALONE" and ext["oracle_on_p64"].draft == "target"
     assert len(ext) == len(sets["extended"])  # unique names
+    # greedy equality is asked for at page 1/16/64 x topk 1/4/8 on every backend
+    for be in ("on", "triton_on", "fi_on"):
+        for page in (1, 16, 64):
+            for k, suffix in ((8, ""), (4, "_k4"), (1, "_k1")):
+                cfg = ext[f"{be}_p{page}{suffix}"]
+                assert (cfg.page_size, cfg.topk) == (page, k) and cfg.backend == {"on": "fa3", "triton_on": "triton",
+                                                                                 "fi_on": "flashinfer"}[be]
     seen = {}
     monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
     e2e.main(["--set", "large", "--only", "on_p1,off_p64", "--target", "T", "--draft", "D", "--load-format",

@@ -88,6 +88,9 @@ def testbed_sets(backend: str = "fa3") -> dict:
         RunConfig("fi_fake_p64", mode="fake", page_size=64, **fi),
         RunConfig("fi_on_p64_k4", page_size=64, **fi, **k4),
         RunConfig("fi_on_p64_k1", page_size=64, **fi, **k1),
+        # the rest of the greedy-equality matrix (page 1/16/64 x topk 1/4/8 x three backends)
+        *(RunConfig(f"{name}_on_p{page}_k{k}", page_size=page, **be, **(k4 if k == 4 else k1))
+          for name, be in (("triton", tr), ("fi", fi)) for page in (1, 16) for k in (4, 1)),
     ]
     return {"core": core, "extended": core + extended}
 

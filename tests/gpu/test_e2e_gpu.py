@@ -57,7 +57,7 @@ PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
     ("on_p16_k4", "on_p1_k4"), ("on_p64_nograph", "on_p1"), ("triton_on_p64", "triton_on_p1"),
     ("triton_on_p16", "triton_on_p1"), ("fi_on_p16", "fi_on_p1"), ("on_p16_k1", "on_p1_k1"),
     ("on_p64_k1", "on_p1_k1"), ("on_p64_fa3sg", "on_p1"), ("on_p128_fa3sg", "on_p1"),
-]
+] + [(f"{be}_on_p{page}_k{k}", f"{be}_on_p1_k{k}") for be in ("triton", "fi") for page in (16, 64) for k in (4, 1)]
 # The FA3 metadata switch (SGLANG_EAGLE_PAGED_FA3_EXPAND=0: SGLang's builders) against the
 # default (fused) at the same page size. (Run 3 also ran =1, the expand builder alone: on_p64_fa3x.)
 FA3_SWITCHES = [("on_p64", "on_p64_fa3sg"), ("on_p128", "on_p128_fa3sg")]
