@@ -11,6 +11,8 @@
 # carry: .devbundle/fa3.part00 .devbundle/fa3.sha256 .devbundle/install.sh .devbundle/extra .whl
 source scripts/device/prelude.sh
 [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
+# SKIP_LARGE=1: only install FA3 (setup.sh above), for a session whose minutes go to the suite.
+[ -z "${SKIP_LARGE:-}" ] || { echo "FA3 installed; 8B run skipped"; exit 0; }
 GPUS=$(nvidia-smi -L | wc -l)
 timeout -s INT ${LARGE_S:-480} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
