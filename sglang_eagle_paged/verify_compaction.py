@@ -15,7 +15,10 @@ import torch
 
 def src_tgt_cache_loc(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accept_index: torch.Tensor,
                       num_correct_drafts: torch.Tensor, draft_token_num: int, page_size: int):
-    """Same parameters and results as SGLang's ``get_src_tgt_cache_loc`` (REPLACE hook body)."""
+    """Same parameters and results as SGLang's ``get_src_tgt_cache_loc`` (REPLACE hook body).
+
+    0.5.11 names the fourth parameter ``num_accepted_drafts``; its callers (``eagle_info``,
+    ``ngram_info``), like 0.5.12's, pass every argument by position."""
     src_cache_loc = out_cache_loc[accept_index]
     # The accepted tokens (num_correct_drafts + 1 per request) end inside one page; that
     # page stays whole, every verify slot after it is freed.
