@@ -491,6 +491,24 @@ def timing_cells(r, p) -> str:
 TIMING_HEAD = "device us (graph) | wall us (back-to-back) | host us (enqueue)"
 
 
+def _impl_table(rows, title, text, keys, impls, extras, heads=None, page_1=None) -> list:
+    """A section with one line per (shape, implementation): the shape's ``keys``, the name,
+    the timing cells, then ``extras`` (header, cell(row, implementation)). ``page_1`` names
+    the implementation measured at page 1 whatever the row's page."""
+    if not rows:
+        return []
+    head = " | ".join(heads or keys)
+    extra_heads = "".join(f" | {h}" for h, _ in extras)
+    out = ["", f"## {title}", "", text, "", f"| {head} | implementation | {TIMING_HEAD}{extra_heads} |",
+           "|" + "---|" * (len(keys) + 4 + len(extras))]
+    for r in rows:
+        for p, name in impls:
+            shape = " | ".join(str(1 if k == "page" and p == page_1 else r[k]) for k in keys)
+            cells = "".join(f" | {cell(r, p)}" for _, cell in extras)
+            out.append(f"| {shape} | {name} | {timing_cells(r, p)}{cells} |")
+    return out
+
+
 def markdown(res) -> str:
     out = [f"# Kernel benchmarks ({res['device']}, {res['date']})", "",
            f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}. "
@@ -530,49 +548,39 @@ def markdown(res) -> str:
     for r in res["preprocess"]:
         for p, name in (("upstream", "SGLang"), ("ours", "ours")):
             out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {name} | {timing_cells(r, p)} | {r[f'{p}_syncs']} |")
-    if res.get("fa3_expand"):
-        out += ["", "## FA3 tree-draft expand metadata (eager draft steps; alone: `SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)", "",
-                "SGLang's `draft_decode_set_expand_metadata` (torch.compile, dynamic) vs our one Triton launch, "
-                "same inputs; first call includes compilation.", "",
-                f"| bs | topk | steps | page | implementation | {TIMING_HEAD} | first call ms | identical outputs |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in res["fa3_expand"]:
-            for p, name in (("upstream", "SGLang (torch.compile)"), ("ours", "ours")):
-                out.append(f"| {r['bs']} | {r['topk']} | {r['steps']} | {r['page']} | {name} | {timing_cells(r, p)} "
-                           f"| {r[f'{p}_first_call_ms']} | {r['identical']} |")
-    if res.get("verify_move"):
-        out += ["", "## Post-verify KV move (`move_kv_cache` on the target pool, overlapping pairs)", "",
-                "After a paged tree verify SGLang moves each request's accepted tokens to the front of its "
-                "draft slots, in every layer of the target pool; ours: gather then scatter (same result, "
-                "tests/test_kernel_move_rows.py). First call at a new pair count includes SGLang's compile.", "",
-                f"| layers | bs | draft tokens | pairs | implementation | {TIMING_HEAD} | first call ms | vs SGLang | GB/s |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in res["verify_move"]:
-            for p, name in (("upstream", "SGLang move_kv_cache"), ("ours", "ours (staged)")):
-                extra = f"{r['speedup']}x" if p == "ours" else ""
-                out.append(f"| {r['layers']} | {r['bs']} | {r['draft_tokens']} | {r['pairs']} | {name} | "
-                           f"{timing_cells(r, p)} | {r[f'{p}_first_call_ms']} | {extra} | {r[f'{p}_GBps']} |")
-    if res.get("verify_bookkeeping"):
-        out += ["", "## Paged verify bookkeeping (`get_src_tgt_cache_loc`)", "",
-                "SGLang's function under `torch.compile(dynamic=True)` against ours in eager torch (the default "
-                "REPLACE hook), same inputs; first call includes compilation.", "",
-                f"| bs | draft tokens | page | implementation | {TIMING_HEAD} | first call ms | identical |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for r in res["verify_bookkeeping"]:
-            for p, name in (("upstream", "SGLang (torch.compile)"), ("ours", "ours (eager)")):
-                out.append(f"| {r['bs']} | {r['draft_tokens']} | {r['page']} | {name} | {timing_cells(r, p)} | "
-                           f"{r[f'{p}_first_call_ms']} | {r['identical'] if p == 'ours' else ''} |")
-    if res.get("fa3_replay"):
-        out += ["", "## FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`, the default)", "",
-                "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
-                "runner calls it each draft round: SGLang's at the page size, ours (one launch per step), and "
-                "SGLang's at page 1 on the same batch shape.", "",
-                f"| bs | topk | steps | page | implementation | {TIMING_HEAD} | identical tables |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        for r in res["fa3_replay"]:
-            for p, name in (("upstream", "SGLang"), ("ours", "ours (fused)"), ("upstream_p1", "SGLang at page 1")):
-                out.append(f"| {r['bs']} | {r['topk']} | {r['steps']} | {r['page'] if p != 'upstream_p1' else 1} | "
-                           f"{name} | {timing_cells(r, p)} | {r['identical'] if p == 'ours' else ''} |")
+    out += _impl_table(
+        res.get("fa3_expand"), "FA3 tree-draft expand metadata (eager draft steps; alone: `SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)",
+        "SGLang's `draft_decode_set_expand_metadata` (torch.compile, dynamic) vs our one Triton launch, "
+        "same inputs; first call includes compilation.",
+        ("bs", "topk", "steps", "page"), (("upstream", "SGLang (torch.compile)"), ("ours", "ours")),
+        [("first call ms", lambda r, p: r[f"{p}_first_call_ms"]), ("identical outputs", lambda r, p: r["identical"])])
+    out += _impl_table(
+        res.get("verify_move"), "Post-verify KV move (`move_kv_cache` on the target pool, overlapping pairs)",
+        "After a paged tree verify SGLang moves each request's accepted tokens to the front of its "
+        "draft slots, in every layer of the target pool; ours: gather then scatter (same result, "
+        "tests/test_kernel_move_rows.py). First call at a new pair count includes SGLang's compile.",
+        ("layers", "bs", "draft_tokens", "pairs"), (("upstream", "SGLang move_kv_cache"), ("ours", "ours (staged)")),
+        [("first call ms", lambda r, p: r[f"{p}_first_call_ms"]),
+         ("vs SGLang", lambda r, p: f"{r['speedup']}x" if p == "ours" else ""),
+         ("GB/s", lambda r, p: r[f"{p}_GBps"])],
+        heads=("layers", "bs", "draft tokens", "pairs"))
+    out += _impl_table(
+        res.get("verify_bookkeeping"), "Paged verify bookkeeping (`get_src_tgt_cache_loc`)",
+        "SGLang's function under `torch.compile(dynamic=True)` against ours in eager torch (the default "
+        "REPLACE hook), same inputs; first call includes compilation.",
+        ("bs", "draft_tokens", "page"), (("upstream", "SGLang (torch.compile)"), ("ours", "ours (eager)")),
+        [("first call ms", lambda r, p: r[f"{p}_first_call_ms"]),
+         ("identical", lambda r, p: r["identical"] if p == "ours" else "")],
+        heads=("bs", "draft tokens", "page"))
+    out += _impl_table(
+        res.get("fa3_replay"), "FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`, the default)",
+        "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
+        "runner calls it each draft round: SGLang's at the page size, ours (one launch per step), and "
+        "SGLang's at page 1 on the same batch shape.",
+        ("bs", "topk", "steps", "page"),
+        (("upstream", "SGLang"), ("ours", "ours (fused)"), ("upstream_p1", "SGLang at page 1")),
+        [("identical tables", lambda r, p: r["identical"] if p == "ours" else "")],
+        page_1="upstream_p1")
     if res.get("capture_failures"):
         out += ["", "Graph captures that failed:", ""] + [f"- {k}: `{v}`" for k, v in res["capture_failures"].items()]
     return "\n".join(out) + "\n"
