@@ -24,6 +24,7 @@ from .mode import Mode
 
 logger = logging.getLogger("sglang_eagle_paged")
 
+
 def handles(worker) -> bool:
     return worker.page_size > 1 and worker.topk > 1
 
@@ -102,11 +103,10 @@ def warm_up(worker) -> None:
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
     from .kv_copy import duplicate_in_pool, warm_up_moves
 
-    duplicate_in_pool(worker.draft_model_runner.token_to_kv_pool, layout.tgt_loc, layout.src_loc)
+    pools = compat.worker_kv_pools(worker)
+    duplicate_in_pool(pools["draft"], layout.tgt_loc, layout.src_loc)
     # The post-verify compaction's kernel, on the target pool (the first verify would compile it).
-    target = getattr(getattr(worker, "target_worker", None), "model_runner", None)
-    if target is not None:
-        warm_up_moves(target.token_to_kv_pool)
+    warm_up_moves(pools["target"])
 
 
 def worker_init_hook(result, worker, *args, **kwargs):
