@@ -423,7 +423,7 @@ def test_run_group_records_resumes_and_keeps_going(fake, no_stagger, tmp_path):
     res = stress.run_group(specs, {s.name: work(s.name) for s in specs}, out_json=str(out),
                            log_dir=str(tmp_path / "logs"), launcher=launcher)
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
-    assert calls == ["b_nospec", "a_on"]  # the TP=2 server alone, after the others
+    assert calls == ["a_on", "b_nospec"]  # the TP=2 server alone, before the others
     a = res["a_on"]
     assert not a.get("error") and a["outputs"] == {"p0/1": "x"}
     assert a["server_args"][a["server_args"].index("--max-total-tokens") + 1] == "12288"
@@ -433,7 +433,8 @@ def test_run_group_records_resumes_and_keeps_going(fake, no_stagger, tmp_path):
     assert "--sleep-on-idle" in res["b_nospec"]["server_args"]
     assert a["log_scan"]["plugin_active"]["TP1"] == "on" and a["log_scan"]["retract"] == 2
     assert "client blew up" in res["b_nospec"]["error"]
-    assert FakeLauncher.started[0].env["X"] == "1" and FakeLauncher.started[0].env["SGLANG_EAGLE_PAGED"] == "on"
+    b = next(s for s in FakeLauncher.started if Path(s.log_path).stem == "b_nospec")
+    assert b.env["X"] == "1" and b.env["SGLANG_EAGLE_PAGED"] == "on"
     assert "--speculative-algorithm" not in res["b_nospec"]["server_args"]
     assert res["c_dead"]["error"].startswith("never healthy") and res["c_dead"]["log_tail"] == "last words"
     assert all(s.stopped for s in FakeLauncher.started)
@@ -476,7 +477,7 @@ def test_run_group_spreads_servers_over_gpus_and_keeps_tp_on_gpu_0_alone(fake, n
 def test_a_tensor_parallel_server_is_never_alive_beside_another(fake, no_stagger, tmp_path, gpus):
     """SGLang refuses TP ranks on GPUs with unequal free memory (run 4: 'The memory capacity is
     unbalanced' with the other groups' servers starting beside TP=2): each TP > 1 server starts
-    once every other server has been measured and stopped, and runs alone."""
+    alone, before the others (run 5: last, it was cut by the call's time limit)."""
     url, _ = fake
     FakeLauncher.started, FakeLauncher.starts, FakeLauncher.alive = [], [], set()
     spec = lambda name, port, extra=(): stress.ServerSpec(  # noqa: E731
@@ -507,8 +508,8 @@ def test_a_tensor_parallel_server_is_never_alive_beside_another(fake, no_stagger
             assert not alive_then & tp, f"{name} started beside {alive_then & tp}"
     assert seen["tp2"] == {"tp2"} and seen["tp2b"] == {"tp2b"}
     assert all(not seen[n] & tp for n in ("a", "tp1", "b", "c"))
-    # the others (TP 1 included) still start together, before any TP > 1 server
-    assert [n for n, _ in FakeLauncher.starts][:4] == ["a", "tp1", "b", "c"]
+    # the TP > 1 servers first, one at a time, then the others (TP 1 included) together
+    assert [n for n, _ in FakeLauncher.starts] == ["tp2", "tp2b", "a", "tp1", "b", "c"]
     assert waits == [set(), set()]  # asked before each TP start, with nothing up
     assert res["tp2"]["gpus_before_start"]["free"] and "gpus_before_start" not in res["a"]
     assert "--base-gpu-id" not in res["tp2"]["server_args"] and res["tp2b"]["gpu"] == 0
@@ -516,29 +517,29 @@ def test_a_tensor_parallel_server_is_never_alive_beside_another(fake, no_stagger
 
 
 def test_run_group_interrupted_records_what_it_did_not_measure(fake, no_stagger, tmp_path):
-    """A stop (the suite's time limit) during the shared servers leaves a TP server unstarted:
-    recorded as not measured, keeping the error an earlier run recorded for it."""
+    """A stop (the suite's time limit) during the TP server, which runs first, leaves the shared
+    servers unstarted: recorded as not measured, keeping the error an earlier run recorded."""
     url, _ = fake
     FakeLauncher.started, FakeLauncher.starts, FakeLauncher.alive = [], [], set()
     specs = [stress.ServerSpec(RunConfig("a"), target="T", draft="D", port=31000, max_total_tokens=4096),
              stress.ServerSpec(RunConfig("tp2", extra=["--tp", "2"]), target="T", draft="D", port=31020,
                                max_total_tokens=4096)]
     out = tmp_path / "r.json"
-    out.write_text(json.dumps({"tp2": {"error": "server exited with code -9 before becoming healthy"},
-                               "a": {"error": "an earlier run's"}}))
+    out.write_text(json.dumps({"tp2": {"error": "an earlier run's"},
+                               "a": {"error": "server exited with code -9 before becoming healthy"}}))
 
     def interrupted(base):
         raise KeyboardInterrupt
 
     launcher = lambda args, **kw: FakeLauncher(args, url=url, fail=(), **kw)  # noqa: E731
     with pytest.raises(KeyboardInterrupt):
-        stress.run_group(specs, {"a": interrupted, "tp2": lambda base: {}}, out_json=str(out),
+        stress.run_group(specs, {"a": lambda base: {}, "tp2": interrupted}, out_json=str(out),
                          log_dir=str(tmp_path / "logs"), launcher=launcher)
     res = json.loads(out.read_text())
-    assert [n for n, _ in FakeLauncher.starts] == ["a"] and FakeLauncher.alive == set()
-    assert res["a"]["error"] == "not measured: interrupted before its workload ran" and "log_scan" in res["a"]
-    assert res["tp2"]["error"] == "not measured: interrupted before its server started"
-    assert res["tp2"]["earlier_error"].startswith("server exited") and "--tp" in res["tp2"]["server_args"]
+    assert [n for n, _ in FakeLauncher.starts] == ["tp2"] and FakeLauncher.alive == set()
+    assert res["tp2"]["error"] == "not measured: interrupted before its workload ran" and "log_scan" in res["tp2"]
+    assert res["a"]["error"] == "not measured: interrupted before its server started"
+    assert res["a"]["earlier_error"].startswith("server exited") and "--model-path" in res["a"]["server_args"]
 
 
 def test_tp_size_reads_every_spelling():

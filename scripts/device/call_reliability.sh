@@ -7,12 +7,12 @@
 # FA3 install, on the same x2 machine), like call_testbed.sh.
 # carry: .whl .devbundle/extra (the testbed weights travel as tracked files)
 # On x2 (REL_GPUS defaults to the GPU count) every group's servers start together, spread over
-# both GPUs, except the TP=2 server: it starts alone once all the others are measured and stopped
-# and nvidia-smi shows the GPUs' memory back (SGLang refuses TP ranks on GPUs with unequal free
-# memory: run 4, started beside the others, it failed with "The memory capacity is unbalanced").
-# Run 4 took 6 min without it; its own start and run add a minute or two, so the suite should fit
-# one call; if the time limit comes first it is recorded "not measured" and the same call again
-# runs only what is missing. On one GPU, REL_K picks groups (pytest -k), one call each fits in
+# both GPUs, except the TP=2 server: it starts alone, first, once nvidia-smi shows the GPUs empty
+# (SGLang refuses TP ranks on GPUs with unequal free memory: run 4, started beside the others, it
+# failed with "The memory capacity is unbalanced"; run 5 started it last and the 480 s limit came
+# first). Run 5 took 480 s without it (REL_SOAK_S=120): give TP=2 a call of its own (REL_K=tp)
+# or expect the same call twice; whatever the time limit cuts is recorded "not measured" and the
+# same call again runs only what is missing. On one GPU, REL_K picks groups (pytest -k), one call each fits in
 # 10 minutes, e.g.
 #   REL_K="pressure or long8k"   4 servers together, ~5 min
 #   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min

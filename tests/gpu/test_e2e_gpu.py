@@ -25,6 +25,7 @@ REPLAY = os.environ.get("E2E_REPLAY")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
+from sglang_eagle_paged.bench import parity  # noqa: E402
 from sglang_eagle_paged.bench.e2e import agreement, run_configs  # noqa: E402
 from sglang_eagle_paged.bench.e2e import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
 
@@ -58,6 +59,12 @@ PAGE_N_VS_PAGE_1 = [(on, p1) for on, _, p1, _ in SIDE_BY_SIDE] + [
     ("triton_on_p16", "triton_on_p1"), ("fi_on_p16", "fi_on_p1"), ("on_p16_k1", "on_p1_k1"),
     ("on_p64_k1", "on_p1_k1"), ("on_p64_fa3sg", "on_p1"), ("on_p128_fa3sg", "on_p1"),
 ] + [(f"{be}_on_p{page}_k{k}", f"{be}_on_p1_k{k}") for be in ("triton", "fi") for page in (16, 64) for k in (4, 1)]
+# Parity is judged where the plugin runs (topk > 1). At topk 1 it is inert (SGLang's own code
+# drafts and verifies), so a page-size effect there is SGLang's: run 5 measured triton topk 1 at
+# page 64 +10.4% and page 16 +12.8% over page 1. Those pairs stay in the summary as the control.
+_TOPK = {c.name: c.topk for cs in _testbed_sets(BACKEND).values() for c in cs}
+PARITY_PAIRS = [(n, p1) for n, p1 in PAGE_N_VS_PAGE_1 if _TOPK.get(n, 8) > 1]
+TOPK1_CONTROL = [(n, p1) for n, p1 in PAGE_N_VS_PAGE_1 if _TOPK.get(n, 8) == 1]
 # The FA3 metadata switch (SGLANG_EAGLE_PAGED_FA3_EXPAND=0: SGLang's builders) against the
 # default (fused) at the same page size. (Run 3 also ran =1, the expand builder alone: on_p64_fa3x.)
 FA3_SWITCHES = [("on_p64", "on_p64_fa3sg"), ("on_p128", "on_p128_fa3sg")]
@@ -163,34 +170,26 @@ def test_greedy_agreement_with_non_speculative(results, name):
 
 
 def _paired_diffs(results, a, b):
-    """Per-request acceptance of ``a`` minus ``b`` on the requests both served (same prompts),
+    """Per-question acceptance of ``a`` minus ``b`` on the prompts both served (same prompts),
     or None for a recording without per-request counts (before H200 run 4)."""
     ca, cb = (results[n].get("spec_counts") for n in (a, b))
-    if not ca or not cb:
-        return None
-    return [ca[k][0] / ca[k][1] - cb[k][0] / cb[k][1] for k in ca.keys() & cb.keys() if ca[k][1] and cb[k][1]]
+    return parity.paired_diffs(ca, cb) if ca and cb else None
 
 
-def _two_se(diffs):
-    n = len(diffs)
-    if n < 2:
-        return 0.0
-    mean = sum(diffs) / n
-    return 2 * (sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) ** 0.5
-
-
-@pytest.mark.parametrize("page_name,page1_name", PAGE_N_VS_PAGE_1)
+@pytest.mark.parametrize("page_name,page1_name", PARITY_PAIRS)
 def test_acceptance_at_page_n_equals_page_1(results, page_name, page1_name):
-    """Equal within the noise of the measurement: 3%, or twice the standard error of the
-    per-request paired difference where that is larger. On the 16M testbed numerics alone
-    (page-size dependent reductions, batch mixes) moved triton's page 64 by +3.6% (run 3) and
-    -4.2% (run 4) against a paired 2 SE of 8.6%; the STANDALONE oracle's 2 SE is 0.8%."""
+    """Equal within the noise of the measurement: 3%, or the paired noise where that is larger
+    (bench.parity: per-question standard error, Bonferroni over the pairs judged, family error
+    rate 5%). Until run 5 the band was twice the per-request standard error for each pair alone;
+    with ~20 pairs that fails about one pair per run by chance, and run 5 failed two, one of them
+    at topk 1 where the plugin does not run. The STANDALONE oracle's band stays the 3% floor
+    (its paired noise is 0.04 of 3.85)."""
     _need(page_name, page1_name)
     a_n, a_1 = _acc(results, page_name), _acc(results, page1_name)
     diffs = _paired_diffs(results, page_name, page1_name)
-    band = max(PARITY_TOL * a_1, _two_se(diffs) if diffs else 0.0)
+    band = parity.band(a_1, diffs, tests=len(PARITY_PAIRS), tol=PARITY_TOL)
     print(f"acceptance {page_name}={a_n:.3f} {page1_name}={a_1:.3f} ({a_n / a_1 - 1:+.1%}); "
-          f"band {band:.3f} (paired over {len(diffs or [])} requests)")
+          f"band {band:.3f} (paired over {len(diffs or [])} questions)")
     assert abs(a_n - a_1) <= band
 
 
@@ -208,15 +207,16 @@ def test_fake_mode_not_above_on(results, on_name, page1, fake_name):
     _need(on_name, page1, fake_name)
     a_fake, a_on = _acc(results, fake_name), _acc(results, on_name)
     diffs = _paired_diffs(results, fake_name, on_name)
-    band = max(PARITY_TOL * a_on, _two_se(diffs) if diffs else 0.0)
+    band = parity.band(a_on, diffs, tests=len(FAKE_PAIRS), tol=PARITY_TOL, two_sided=False)
     print(f"acceptance {fake_name}={a_fake:.3f} {on_name}={a_on:.3f} ({a_fake / a_on - 1:+.1%}), band {band:.3f}")
     assert a_fake <= a_on + band
 
 
 def test_fake_mode_lowers_acceptance(results):
     """Pooled over every measured fa3 fake/on pair. With per-request counts: a one-sided sign
-    test on the paired per-request differences (fake lower on more requests than chance allows,
-    p < 0.01). Without them (recordings before run 4): the mean relative drop exceeds twice the
+    test on the paired per-question differences (fake lower on more questions than chance
+    allows, p < 0.01; per request until run 5, but a second turn continues its first: runs 4 and
+    5 gave p = 0.0016 and 0.0032 per request, 0.0053 and 0.0019 per question). Without them (recordings before run 4): the mean relative drop exceeds twice the
     mean page-N vs page-1 gap of the same correct configurations."""
     pairs = [(o, p1, f) for o, p1, f in FAKE_PAIRS if {o, p1, f} <= NAMES]
     pairs = [(o, p1, f) for o, p1, f in pairs
@@ -229,7 +229,7 @@ def test_fake_mode_lowers_acceptance(results):
         lower = sum(d < 0 for d in pooled)
         n = len(pooled)
         p_value = sum(math.comb(n, k) for k in range(lower, n + 1)) / 2 ** n
-        print(f"fake lower on {lower} of {n} requests that differ ({len(pairs)} pairs), sign test p={p_value:.2g}")
+        print(f"fake lower on {lower} of {n} questions that differ ({len(pairs)} pairs), sign test p={p_value:.2g}")
         assert p_value < 0.01
         return
     drops = [1 - _acc(results, f) / _acc(results, o) for o, _, f in pairs]
@@ -296,4 +296,11 @@ def test_write_summary(results):
     rows = {n: {k: (r.get("summary") or {}).get(k) for k in ("acceptance_length", "output_throughput", "num_errors")}
             | {"error": r.get("error"), "agreement": (r.get("agreement_with_nospec") or {}).get("rate")}
             for n, r in results.items()}
+    # SGLang's own page-size effect, where the plugin does not run (topk 1): a reading, not a test
+    ok = lambda n: n in results and not results[n].get("error")  # noqa: E731
+    rows["topk1_control"] = {
+        f"{n} vs {p1}": {"acceptance": [_acc(results, n), _acc(results, p1)],
+                         "band": parity.band(_acc(results, p1), _paired_diffs(results, n, p1),
+                                             tests=len(PARITY_PAIRS), tol=PARITY_TOL)}
+        for n, p1 in TOPK1_CONTROL if ok(n) and ok(p1)}
     (out / "e2e_summary.json").write_text(json.dumps(rows, indent=1))

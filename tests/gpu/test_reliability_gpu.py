@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from sglang_eagle_paged import prefix_check  # noqa: E402
-from sglang_eagle_paged.bench import stress  # noqa: E402
+from sglang_eagle_paged.bench import parity, stress  # noqa: E402
 from sglang_eagle_paged.bench.e2e import NEAR_TIE, RunConfig, agreement  # noqa: E402
 from sglang_eagle_paged.bench.mtbench import load_questions  # noqa: E402
 
@@ -198,9 +198,9 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 # REL_GPUS=2 (nvidia-h200-x2): the first group asked for starts every group's servers at once,
 # spread over the GPUs by these workload costs (the soak streams for REL_SOAK_S), each GPU running
 # its servers' workloads one after another, the GPUs side by side; later groups reuse the results.
-# The TP=2 server is not among them: stress.run_group starts it alone once the others are stopped
-# and the GPUs' memory is back (run 4: started beside them, SGLang refused it, "The memory capacity
-# is unbalanced").
+# The TP=2 server is not among them: stress.run_group starts it alone, first, on empty GPUs (run 4:
+# started beside them, SGLang refused it, "The memory capacity is unbalanced"; run 5: started last,
+# the call's time limit came first).
 GPUS = int(os.environ.get("REL_GPUS", "1"))
 COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
 _together = {}
@@ -460,10 +460,14 @@ def test_tp2_outputs_match_tp1(tp):
 
 
 def test_tp2_acceptance_matches_tp1(tp):
-    a1 = _run_ok(_ok(tp, "tp1_on_p64"), "tp")["summary"]["acceptance_length"]
-    a2 = _run_ok(_ok(tp, "tp2_on_p64"), "tp")["summary"]["acceptance_length"]
-    print(f"acceptance tp1 {a1:.3f} tp2 {a2:.3f}")
-    assert abs(a2 - a1) <= PARITY_TOL * a1
+    """Within 3%, or the paired per-prompt noise where larger (bench.parity; TP=2 reduces in a
+    different order than TP=1, which on the unsure testbed breaks ties differently)."""
+    one, two = _run_ok(_ok(tp, "tp1_on_p64"), "tp"), _run_ok(_ok(tp, "tp2_on_p64"), "tp")
+    a1, a2 = one["summary"]["acceptance_length"], two["summary"]["acceptance_length"]
+    diffs = parity.paired_diffs(two["spec_counts"], one["spec_counts"]) if "spec_counts" in one else None
+    band = parity.band(a1, diffs, tests=1, tol=PARITY_TOL)
+    print(f"acceptance tp1 {a1:.3f} tp2 {a2:.3f}; band {band:.3f} over {len(diffs or [])} prompts")
+    assert abs(a2 - a1) <= band
 
 
 def test_write_summary():

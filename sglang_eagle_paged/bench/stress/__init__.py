@@ -19,7 +19,7 @@ against a fake server too (``tests/test_stress_client.py``).
   plugin's activation per TP rank;
 - :func:`run_group`: start servers together, run one workload on each, record every
   result to JSON as it comes (a re-run resumes); a tensor-parallel server (:func:`tp_size`
-  > 1) runs alone after the others, once :func:`wait_gpus_free` says their memory is back.
+  > 1) runs alone before the others, once :func:`wait_gpus_free` says the GPUs are empty.
 """
 
 from ..server import ServerStartError

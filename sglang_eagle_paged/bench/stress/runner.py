@@ -95,9 +95,10 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
     by name, default 1) and the GPUs run their workloads side by side.
 
     A tensor-parallel server (TP > 1) keeps SGLang's GPU placement (from GPU 0) and runs
-    alone, after every other server has been measured and stopped: SGLang refuses to start
-    TP ranks whose GPUs have unequal free memory ("The memory capacity is unbalanced"),
-    which other servers starting beside it cause (run 4). ``wait_free()`` (e.g.
+    alone: SGLang refuses to start TP ranks whose GPUs have unequal free memory ("The memory
+    capacity is unbalanced"), which other servers starting beside it cause (run 4). TP servers
+    go first, while the GPUs are still empty: run 5 put them last and the call's time limit
+    came before the TP=2 server had served anything. ``wait_free()`` (e.g.
     :func:`wait_gpus_free`), if given, is called before each such start and its answer
     recorded as ``gpus_before_start``.
     """
@@ -105,7 +106,7 @@ def run_group(specs: Sequence[ServerSpec], workloads: Mapping[str, Callable[[str
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
     todo = [s for s in specs if not (s.name in results and not results[s.name].get("error"))]
     shared = [s for s in todo if tp_size(s.args()) == 1]
-    stages = ([shared] if shared else []) + [[s] for s in todo if tp_size(s.args()) > 1]
+    stages = [[s] for s in todo if tp_size(s.args()) > 1] + ([shared] if shared else [])
     launched, finished = [], set()
 
     def done(name, record):
