@@ -49,8 +49,9 @@ def main(path: str) -> None:
                 if agree and agree["near_tie_share"] is not None else "-")
         warm, run = rec.get("triton_variants_after_warmup"), rec.get("triton_variants_after_run")
         ours = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel", "_stage_rows_kernel")
-        # SGLang's copy kernel too: it compiled mid-run before the post-verify move was ours
-        counted = ours + ("copy_all_layer_kv_cache_tiled",)
+        # SGLang's kernels too: its assignment compiles per copy length at page > 1 (and per batch
+        # bucket at page 1), its copy compiled mid-run before the post-verify move was ours
+        counted = ours + ("assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
         variants = "; ".join(f"{k.strip('_')} {warm[k]}->{run[k]}" for k in counted
                              if run.get(k)) if warm and run else "-"
         print(f"{head} {acc} | {tps:.0f} | {ratio(p1)} | {ratio(off)} | {f'{par1:.0f}' if par1 else '-'} | {same} | "
