@@ -12,13 +12,16 @@
 source scripts/device/prelude.sh
 [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
 # SKIP_LARGE=1: only install FA3 (setup.sh above), for a session whose minutes go to the suite.
+# LARGE_ONLY=on_p1,on_p64 measures only those; LARGE_STACK=1 profiles with Python stacks (where the
+# page-64 host time goes); e.g. LARGE_ONLY=on_p1,on_p64 LARGE_STACK=1 LARGE_S=300 QUESTIONS=16.
 [ -z "${SKIP_LARGE:-}" ] || { echo "FA3 installed; 8B run skipped"; exit 0; }
 GPUS=$(nvidia-smi -L | wc -l)
 timeout -s INT ${LARGE_S:-480} python3 -m sglang_eagle_paged.bench.e2e --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-32} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
   --warmup 8 --concurrency ${LARGE_CONCURRENCY:-16} --gpus $GPUS --mem-fraction 0.88 \
-  --max-total-tokens ${LARGE_KV:-49152} --profile ${LARGE_PROFILE:-on_p1,on_p64} --profile-no-stack \
+  --max-total-tokens ${LARGE_KV:-49152} --profile ${LARGE_PROFILE:-on_p1,on_p64} \
+  $( [ "${LARGE_STACK:-0}" = 1 ] || echo --profile-no-stack ) ${LARGE_ONLY:+--only $LARGE_ONLY} \
   > $OUT/large.log 2>&1
 echo "large rc=$?"; grep "^\[e2e\]" $OUT/large.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null

@@ -10,8 +10,9 @@
 # both GPUs, except the TP=2 server: it starts alone, first, once nvidia-smi shows the GPUs empty
 # (SGLang refuses TP ranks on GPUs with unequal free memory: run 4, started beside the others, it
 # failed with "The memory capacity is unbalanced"; run 5 started it last and the 480 s limit came
-# first). Run 5 took 480 s without it (REL_SOAK_S=120): give TP=2 a call of its own (REL_K=tp)
-# or expect the same call twice; whatever the time limit cuts is recorded "not measured" and the
+# first). Run 5 took 480 s without it (REL_SOAK_S=120): give TP=2 a call of its own
+# (REL_GROUPS=tp: only the TP group's three servers start; the other groups' tests skip) or expect
+# the same call twice; whatever the time limit cuts is recorded "not measured" and the
 # same call again runs only what is missing. On one GPU, REL_K picks groups (pytest -k), one call each fits in
 # 10 minutes, e.g.
 #   REL_K="pressure or long8k"   4 servers together, ~5 min

@@ -202,6 +202,9 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 # started beside them, SGLang refused it, "The memory capacity is unbalanced"; run 5: started last,
 # the call's time limit came first).
 GPUS = int(os.environ.get("REL_GPUS", "1"))
+# REL_GROUPS=tp (comma-separated: pressure, soak, long32k, tp) limits a run to those groups: with
+# REL_GPUS=2 the first fixture otherwise starts every group's servers. Tests of other groups skip.
+GROUPS = [g for g in os.environ.get("REL_GROUPS", "pressure,soak,long32k,tp").split(",") if g]
 COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
 _together = {}
 # Triton caches of earlier servers (colon-separated globs), as in the e2e suite's E2E_TRITON_SEED.
@@ -235,8 +238,9 @@ def _run(specs):
         return _together["replay"]
     if GPUS > 1:
         if "results" not in _together:
-            specs = PRESSURE + LONG8K + SOAK + (LONG32K if _long32k_models_ready() else [])
-            specs += TP if torch.cuda.device_count() >= 2 else []
+            specs = (PRESSURE + LONG8K if "pressure" in GROUPS else []) + (SOAK if "soak" in GROUPS else [])
+            specs += LONG32K if "long32k" in GROUPS and _long32k_models_ready() else []
+            specs += TP if "tp" in GROUPS and torch.cuda.device_count() >= 2 else []
             _together["results"] = stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"),
                                                     log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS,
                                                     triton_seeds=SEEDS, wait_free=stress.wait_gpus_free)
@@ -245,18 +249,26 @@ def _run(specs):
                             triton_seeds=SEEDS, wait_free=stress.wait_gpus_free)
 
 
+def _selected(group):
+    if not REPLAY and group not in GROUPS:
+        pytest.skip(f"REL_GROUPS={','.join(GROUPS)} leaves out {group}")
+
+
 @pytest.fixture(scope="session")
 def pressure():
+    _selected("pressure")
     return _run(PRESSURE + LONG8K)  # one start-up for the reference and both long-context servers
 
 
 @pytest.fixture(scope="session")
 def soaked():
+    _selected("soak")
     return _run(SOAK)
 
 
 @pytest.fixture(scope="session")
 def long32k():
+    _selected("long32k")
     if not REPLAY and not _long32k_models_ready():
         pytest.skip(f"no {LARGE}/target and draft: run scripts/device/make_dummy_large.py {LARGE} first")
     return _run(LONG32K)
@@ -264,6 +276,7 @@ def long32k():
 
 @pytest.fixture(scope="session")
 def tp():
+    _selected("tp")
     if not REPLAY and torch.cuda.device_count() < 2:
         pytest.skip(f"TP=2 needs 2 GPUs, this machine has {torch.cuda.device_count()} (use nvidia-h200-x2)")
     return _run(TP)
