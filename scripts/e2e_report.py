@@ -9,6 +9,7 @@ algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 import json
 import sys
 
+from sglang_eagle_paged.bench import triton_cache
 from sglang_eagle_paged.bench.e2e import agreement
 
 
@@ -48,11 +49,9 @@ def main(path: str) -> None:
         ties = (f"{agree['near_tie_share']:.0%} (median gap {agree['margin_median']})"
                 if agree and agree["near_tie_share"] is not None else "-")
         warm, run = rec.get("triton_variants_after_warmup"), rec.get("triton_variants_after_run")
-        ours = ("_assign_tree_draft_slots_kernel", "_duplicate_kv_kernel", "_stage_rows_kernel")
-        # SGLang's kernels too: its assignment compiles per copy length at page > 1 (and per batch
-        # bucket at page 1), its copy compiled mid-run before the post-verify move was ours
-        counted = ours + ("assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
-        variants = "; ".join(f"{k.strip('_')} {warm[k]}->{run[k]}" for k in counted
+        # ours and SGLang's (its assignment compiles per copy length at page > 1, per batch bucket
+        # at page 1; its copy compiled mid-run before the post-verify move was ours)
+        variants = "; ".join(f"{k.strip('_')} {warm[k]}->{run[k]}" for k in triton_cache.COUNTED_KERNELS
                              if run.get(k)) if warm and run else "-"
         print(f"{head} {acc} | {tps:.0f} | {ratio(p1)} | {ratio(off)} | {f'{par1:.0f}' if par1 else '-'} | {same} | "
               f"{ties} | {variants or '-'} |")

@@ -95,6 +95,12 @@ def last_verified_tokens(spec_info):
     return tokens if tokens is not None else spec_info.verified_id
 
 
+@functools.lru_cache(maxsize=1)
+def mha_pool_class():
+    """SGLang's plain MHA pool class, resolved once (checked every draft and verify step)."""
+    return resolve(MHA_POOL)
+
+
 def worker_kv_pools(worker) -> dict:
     """An EAGLEWorker's KV pools by part: the draft model's own, and the target model's."""
     return {"draft": worker.draft_model_runner.token_to_kv_pool,

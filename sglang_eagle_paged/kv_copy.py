@@ -12,7 +12,6 @@
   copy configuration keep SGLang's own method.
 """
 
-import functools
 import weakref
 
 import torch
@@ -39,21 +38,13 @@ def is_disjoint_pairs(tgt_loc: torch.Tensor) -> bool:
     return getattr(tgt_loc, DISJOINT_PAIRS_ATTR, False)
 
 
-@functools.lru_cache(maxsize=1)
-def _mha_pool_class():
-    # resolved once: this runs every draft step
-    from .compat import MHA_POOL, resolve
-
-    return resolve(MHA_POOL)
-
-
 def pool_buffers(pool) -> list | None:
     """The K and V buffers of a plain MHA pool, or None for layouts we do not copy.
 
     Exact type match on purpose: subclasses (FP4 with scale buffers, no-op pools)
     may hold state beside ``k_buffer``/``v_buffer`` that a row copy would miss.
     """
-    if type(pool) is not _mha_pool_class():
+    if type(pool) is not compat.mha_pool_class():
         return None
     k, v = pool.k_buffer, pool.v_buffer
     buffers = list(k) + list(v)
@@ -94,7 +85,7 @@ def pool_table(pool) -> KVBufferTable | None:
     Runs every verify step (and every draft step outside a plugin-loaded process):
     a cache hit reads only the buffers' ids, not ``data_ptr``/strides of each.
     """
-    if type(pool) is not _mha_pool_class():
+    if type(pool) is not compat.mha_pool_class():
         return None
     k, v = pool.k_buffer, pool.v_buffer
     ids = (*map(id, k), *map(id, v))
@@ -134,7 +125,7 @@ def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
     (this runs every draft step); wrapper pools (SWA, hybrid) forward to their inner
     pools, and get sentinel-free locations they can translate.
     """
-    if type(pool) is _mha_pool_class():
+    if type(pool) is compat.mha_pool_class():
         if hook_installed["move_kv_cache"]:
             pool.move_kv_cache(mark_disjoint_pairs(tgt_loc), src_loc)
             return

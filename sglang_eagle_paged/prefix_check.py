@@ -112,7 +112,7 @@ class _Entry:
 
 
 def _pools(worker) -> dict:
-    mha = compat.resolve(compat.MHA_POOL)
+    mha = compat.mha_pool_class()
     out = {}
     for name, pool in compat.worker_kv_pools(worker).items():
         if any(pool is p for p in out.values()):

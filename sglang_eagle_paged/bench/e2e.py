@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import triton_cache
+from . import parity, triton_cache
 from .mtbench import load_questions, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
 
@@ -183,8 +183,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     record["outputs"] = {f"{r['question_id']}/{r['turn']}": r.get("output") for r in bench["requests"]}
     if cfg.algorithm is not None:
         # per request [completion tokens, verify passes]: the suite's paired noise estimates
-        record["spec_counts"] = {f"{r['question_id']}/{r['turn']}": [r.get("completion_tokens"), r.get("spec_verify_ct")]
-                                 for r in bench["requests"] if r.get("spec_verify_ct")}
+        record["spec_counts"] = parity.spec_counts((f"{r['question_id']}/{r['turn']}", r) for r in bench["requests"])
     if top:
         record["tokens"] = {f"{r['question_id']}/{r['turn']}": r.get("tokens") for r in bench["requests"]}
     record["errors"] = [r["error"] for r in bench["requests"] if r.get("error")][:5]

@@ -17,6 +17,12 @@ from typing import Mapping, Sequence
 Counts = Mapping[str, Sequence[int]]
 
 
+def spec_counts(keyed_records) -> dict:
+    """``{key: [completion_tokens, spec_verify_ct]}`` of ``(key, request record)`` pairs that verified."""
+    return {key: [r.get("completion_tokens"), r.get("spec_verify_ct")] for key, r in keyed_records
+            if r.get("spec_verify_ct")}
+
+
 def question_of(key: str) -> str:
     return key.split("/", 1)[0]
 

@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
+from .. import parity
 from ..mtbench import Client, summarize, token_margins
 
 
@@ -57,8 +58,7 @@ def run_prompts(base_url: str, prompts: Mapping[str, dict], *, parallel: int = 1
         "finish_reasons": {r["key"]: r.get("finish_reason") for r in records},
         "errors": [f"{r['key']}: {r['error']}" for r in records if r.get("error")][:10],
         # per request, for paired comparisons (bench.parity), as e2e records MT-bench runs
-        "spec_counts": {r["key"]: [r.get("completion_tokens"), r.get("spec_verify_ct")]
-                        for r in records if r.get("spec_verify_ct")},
+        "spec_counts": parity.spec_counts((r["key"], r) for r in records),
     }
     if top_logprobs:
         out["tokens"] = {r["key"]: r.get("tokens") for r in records}
