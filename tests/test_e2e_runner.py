@@ -226,15 +226,70 @@ def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, qu
     assert warm and len(measured) == 6 and not set(warm) & set(measured)
 
 
-def test_nospec_reference_records_token_margins(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started = []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+def _spy_benchmark(monkeypatch, completion_tokens):
+    """run_benchmark as the runner calls it, recorded, with each answer's completion_tokens set
+    by ``completion_tokens(request)`` (the fake server claims 30 but sends two logprob entries)."""
+    calls, real = [], e2e.run_benchmark
+
+    def spy(url, questions, **kw):
+        calls.append(kw)
+        out = real(url, questions, **kw)
+        for r in out["requests"]:
+            r["completion_tokens"] = completion_tokens(r)
+        return out
+
+    monkeypatch.setattr(e2e, "run_benchmark", spy)
+    return calls
+
+
+def test_every_configuration_records_token_margins(monkeypatch, tmp_path, questions, fake_servers):
+    calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
     res = e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64)],
                           target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
-                          num_questions=1, question_file=str(questions), warmup=0)
-    assert res["nospec_p1"]["tokens"]["1/1"] == [["ANS", 0.3, "X"], ["WER[1]", 1.3, "X"]]
-    assert "tokens" not in res["on_p64"]  # only the reference pays for logprobs
+                          num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1)
+    for name in ("nospec_p1", "on_p64"):  # speculative too: any run can be the reference
+        assert res[name]["tokens"]["1/1"] == [["ANS", 0.3, "X"], ["WER[1]", 1.3, "X"]]
+        assert res[name]["tokens_unmatched"] == []
+    # per server: two warm-up mixes, the measured pass, parallel 1; only the measured pass pays for logprobs
+    assert [c.get("top_logprobs", 0) for c in calls] == [0, 0, 2, 0] * 2
+
+
+def test_token_margins_that_do_not_cover_the_output_are_dropped_and_named(monkeypatch, tmp_path, questions,
+                                                                          fake_servers):
+    _spy_benchmark(monkeypatch, completion_tokens=lambda r: 3 if r["turn"] == 2 else 2)
+    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+                          out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
+                          question_file=str(questions), warmup=0)
+    rec = res["on_p64"]
+    assert not rec.get("error") and rec["tokens"]["1/2"] is None and rec["tokens"]["1/1"]
+    assert rec["tokens_unmatched"] == ["1/2"]
+
+
+REF = {"1/1": "the cat sat", "2/1": "a b", "3/1": "same"}
+
+
+@pytest.mark.parametrize("other,tokens,expected", [
+    (REF, None, True),  # identical outputs
+    ({**REF, "1/1": "the dog sat"}, {"1/1": [["the", 2.0, "a"], [" cat", 0.3, " dog"], [" sat", 3.0, "!"]]}, True),
+    ({**REF, "1/1": "the dog sat"}, {"1/1": [["the", 2.0, "a"], [" cat", 3.0, " dog"], [" sat", 3.0, "!"]]}, False),
+    ({**REF, "1/1": "the dog sat"}, None, False),  # no margins: 2/3 identical is below 95%
+    # two divergences, one on a clear winner: one unexplained divergence fails the whole pair
+    ({**REF, "1/1": "the dog sat", "2/1": "a c"},
+     {"1/1": [["the", 2.0, "a"], [" cat", 0.3, " dog"], [" sat", 3.0, "!"]],
+      "2/1": [["a", 1.0, "b"], [" b", 2.5, " d"]]},
+     False),
+])
+def test_identity_is_judged_up_to_near_ties_of_the_reference(other, tokens, expected):
+    assert e2e.explained_by_near_ties(e2e.agreement(REF, other, tokens)) is expected
+
+
+def test_identity_without_margins_keeps_the_strict_rate():
+    ref = {f"{i}/1": "x" for i in range(20)}
+    one_off = {**ref, "0/1": "y"}  # 19/20 = 95%: passes on the rate alone
+    assert e2e.explained_by_near_ties(e2e.agreement(ref, one_off))
+    two_off = {**one_off, "1/1": "y"}
+    assert not e2e.explained_by_near_ties(e2e.agreement(ref, two_off))
+    assert not e2e.explained_by_near_ties(e2e.agreement({}, {}))  # nothing compared proves nothing
 
 
 def test_failed_start_is_recorded_not_raised(monkeypatch, tmp_path, questions):
@@ -271,7 +326,7 @@ def test_agreement_places_divergences_on_reference_tokens():
     by = {d["prompt"]: d for d in a["divergences"]}
     assert (by["1/1"]["token"], by["1/1"]["margin"], by["1/1"]["runner_up_taken"]) == (1, 0.1, True)
     assert (by["2/1"]["token"], by["2/1"]["margin"], by["2/1"]["runner_up_taken"]) == (1, 2.5, False)
-    assert a["near_tie_share"] == pytest.approx(0.5) and a["runner_up_taken"] == 1
+    assert a["near_tie_share"] == pytest.approx(0.5) and a["near_ties"] == 1 and a["runner_up_taken"] == 1
     assert (a["margin_median"], a["margin_max"]) == (2.5, 2.5)
 
 

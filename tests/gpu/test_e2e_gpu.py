@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from sglang_eagle_paged.bench import parity  # noqa: E402
-from sglang_eagle_paged.bench.e2e import agreement, run_configs  # noqa: E402
+from sglang_eagle_paged.bench.e2e import agreement, explained_by_near_ties, run_configs  # noqa: E402
 from sglang_eagle_paged.bench.e2e import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
@@ -70,6 +70,27 @@ JUDGED = max(1, sum(1 for pair in PARITY_PAIRS if set(pair) <= NAMES))
 # The FA3 metadata switch (SGLANG_EAGLE_PAGED_FA3_EXPAND=0: SGLang's builders) against the
 # default (fused) at the same page size. (Run 3 also ran =1, the expand builder alone: on_p64_fa3x.)
 FA3_SWITCHES = [("on_p64", "on_p64_fa3sg"), ("on_p128", "on_p128_fa3sg")]
+
+
+# Why identity may break on near-ties: SGLang's fast servers do not reproduce themselves run to
+# run (runs 4-6, 2026-11-30), also where the plugin does nothing: between two of those runs,
+# on_p1 (page 1, plugin inert) agreed with itself on as few as 21/27 prompts, on_p1_k4 22/32,
+# oracle_on_p1 21/31, triton_on_p1 5/20; SGLang's slow built-in servers reproduced exactly.
+# A request joining the batch a step earlier or later changes the CUDA-graph bucket and the
+# kernels' rounding, which breaks this small model's near-ties differently (prompt 82/2
+# diverged at char 379 in run 4 for on_p128, ours, and in run 6 for on_p128_fa3sg, SGLang's
+# metadata).
+
+
+def _same_computation(label, results, reference, other):
+    """Identity of ``other`` with ``reference`` up to near-ties of the reference
+    (e2e.explained_by_near_ties), printed for the report."""
+    agree = agreement(results[reference]["outputs"], results[other]["outputs"], results[reference].get("tokens"))
+    print(f"{label}: {agree['exact']}/{agree['compared']} identical, {len(agree['divergences'])} divergences, "
+          f"{agree['near_ties']} on near-ties of {reference} (max margin {agree['margin_max']}"
+          f"{'' if results[reference].get('tokens') else ', no margins recorded: strict rate'}); "
+          f"first {agree['first_divergence']}")
+    return explained_by_near_ties(agree)
 
 
 def _need(*names):
@@ -130,13 +151,14 @@ def test_server_serves(results, name):
 
 @pytest.mark.parametrize("ours,builtin", [(o, b) for o, b, _, _ in SIDE_BY_SIDE if b])
 def test_greedy_output_identical_to_sglang_builtin(results, ours, builtin):
-    """Same page size, same prompts: our duplication must give SGLang's own outputs."""
+    """Same page size, same prompts: our duplication must give SGLang's own outputs, up to the
+    serving's own run-to-run non-determinism (runs 4-6, 2026-11-30: above): identical on 95% of
+    prompts, or every divergence on a near-tie of SGLang's built-in. Run 6 had 22/27 (p64) and
+    24/28 (p128), without margins to judge them by."""
     _need(ours, builtin)
     _acc(results, ours)
     _acc(results, builtin)
-    agree = agreement(results[builtin]["outputs"], results[ours]["outputs"])
-    print(f"{ours} vs {builtin}: {agree['exact']}/{agree['compared']} identical; first divergence {agree['first_divergence']}")
-    assert agree["rate"] >= 0.95
+    assert _same_computation(f"{ours} vs {builtin}", results, builtin, ours)
 
 
 @pytest.mark.parametrize("name", [c.name for c in CONFIGS if c.algorithm and c.mode != "fake"])
@@ -244,25 +266,29 @@ def test_fake_mode_lowers_acceptance(results):
 @pytest.mark.parametrize("on_name,fake_name", FAKE_EXACT_PAIRS)
 def test_index_only_is_exact_on_per_token_backends(results, on_name, fake_name):
     """The control of the fake test: where KV is indexed per token the copied indices are the
-    right ones, so fake and ours must give the same outputs and acceptance."""
+    right ones, so fake and ours must give the same acceptance and outputs, up to near-ties of
+    ours (the serving's own run-to-run non-determinism, runs 4-6, 2026-11-30: above)."""
     _need(on_name, fake_name)
     a_fake, a_on = _acc(results, fake_name), _acc(results, on_name)
-    agree = agreement(results[on_name]["outputs"], results[fake_name]["outputs"])
-    print(f"{fake_name} vs {on_name}: {agree['exact']}/{agree['compared']} identical, acceptance {a_fake:.3f} vs {a_on:.3f}")
-    assert agree["rate"] >= 0.95 and abs(a_fake - a_on) <= PARITY_TOL * a_on
+    print(f"acceptance {fake_name}={a_fake:.3f} {on_name}={a_on:.3f}")
+    same = _same_computation(f"{fake_name} vs {on_name}", results, on_name, fake_name)
+    assert same and abs(a_fake - a_on) <= PARITY_TOL * a_on
 
 
 @pytest.mark.parametrize("base,switched", FA3_SWITCHES)
 def test_fa3_metadata_switch_changes_nothing_but_time(results, base, switched):
     """SGLANG_EAGLE_PAGED_FA3_EXPAND (default fused: the whole draft replay metadata; 1: the
-    expand builder only; 0: SGLang's) must give the same tables: same outputs, same acceptance."""
+    expand builder only; 0: SGLang's) must give the same tables: same acceptance, same outputs
+    up to the serving's own run-to-run non-determinism (runs 4-6, 2026-11-30: above), i.e.
+    identical on 95% of prompts or every divergence on a near-tie of the default. Run 6 had
+    22/27 (p64) and 23/28 (p128), without margins to judge them by."""
     _need(base, switched)
     a, b = _acc(results, base), _acc(results, switched)
-    agree = agreement(results[base]["outputs"], results[switched]["outputs"])
     t0, t1 = (results[n]["summary"]["output_throughput"] for n in (base, switched))
-    print(f"{switched} vs {base}: acceptance {b:.3f} vs {a:.3f}, outputs {agree['exact']}/{agree['compared']} "
-          f"identical, throughput {t1:.0f} vs {t0:.0f} tok/s ({t1 / t0:.2f}x)")
-    assert agree["rate"] >= 0.95 and abs(a - b) <= PARITY_TOL * a
+    print(f"{switched} vs {base}: acceptance {b:.3f} vs {a:.3f}, "
+          f"throughput {t1:.0f} vs {t0:.0f} tok/s ({t1 / t0:.2f}x)")
+    same = _same_computation(f"{switched} vs {base}", results, base, switched)
+    assert same and abs(a - b) <= PARITY_TOL * a
 
 
 @pytest.mark.parametrize("ours,builtin", [(o, b) for o, b, _, _ in SIDE_BY_SIDE if b])
