@@ -17,7 +17,7 @@ import time
 import torch
 
 from . import compat
-from .kernels import assign_tree_draft_slots
+from .kernels import assign_tree_draft_slots, tree_extension
 from .kernels.layout import extend_lens
 from .kv_copy import move_pairs
 from .mode import Mode
@@ -32,15 +32,16 @@ def handles(worker) -> bool:
 def _allocate_tree_extension(worker, batch):
     """Ask SGLang's allocator for every branch's pages, as SGLang itself does."""
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
-    prefix_lens, seq_lens, last_loc, _, _, _ = compat.get_last_loc_large_page_size_large_top_k(
-        batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
-        steps, topk, page,
+    # SGLang's get_last_loc_large_page_size_large_top_k computes these with ~10 host
+    # dispatches per draft round; one launch gives the allocator the same tensors.
+    seq_lens, last_loc = tree_extension(
+        batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, page, topk, steps,
     )
     prefix_lens_cpu = batch.seq_lens_cpu
     ext_cpu = extend_lens(prefix_lens_cpu, page, topk, steps)
     return compat.alloc_paged_token_slots_extend(
         batch.tree_cache,
-        prefix_lens,
+        batch.seq_lens,
         prefix_lens_cpu,
         seq_lens,
         prefix_lens_cpu + ext_cpu,
@@ -99,6 +100,7 @@ def warm_up(worker) -> None:
     need = int(extend_lens(seq_lens.cpu(), page, topk, steps).sum())
     scratch_rows = torch.zeros((2, 2 * page + need), dtype=torch.int32, device=device)
     alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
+    tree_extension(scratch_rows, torch.ones(1, **i64), seq_lens, page, topk, steps)
     layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
     from .kv_copy import duplicate_in_pool, warm_up_moves

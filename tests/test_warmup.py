@@ -15,6 +15,7 @@ from sglang_eagle_paged.harness import PagedTreeHarness
 from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
 from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
 from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel
+from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
 from sglang_eagle_paged import kv_copy
 from sglang_eagle_paged.mode import Mode
 from sglang_eagle_paged.worker import draft_preprocess_decode, warm_up
@@ -46,6 +47,23 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     assert _keys(d_serve) <= _keys(d_warm)
 
 
+@pytest.mark.parametrize("page,topk,steps", [(16, 4, 3), (64, 8, 5)])
+def test_allocator_inputs_kernel_is_compiled_at_start_up(page, topk, steps):
+    h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
+    with capture_specializations(_tree_extension_kernel) as warm:
+        warm_up(h.worker)
+    assert len(warm) == 1
+    rng = random.Random(page + topk)
+    with capture_specializations(_tree_extension_kernel) as serve:
+        for bs in (1, 3, 5):
+            rows = [h.add_request(rng.choice([1, page - 1, page, page + 1, rng.randint(1, 4 * page)]))
+                    for _ in range(bs)]
+            draft_preprocess_decode(h.worker, h.batch(rows), Mode.ON)
+            for r in rows:
+                h.finish_request(r)
+    assert len(serve) == 3 and _keys(serve) <= _keys(warm)
+
+
 def test_post_verify_move_is_compiled_at_start_up():
     """The target pool's compaction kernel (gather and scatter) compiles in warm-up, not at the first verify."""
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2, kv_copy=True)
@@ -74,9 +92,11 @@ def test_warm_up_leaves_kv_and_allocator_untouched():
 
 def test_warm_up_skips_configurations_sglang_handles():
     h = PagedTreeHarness(1, 4, 3, num_tokens=4096)
-    with capture_specializations(_assign_tree_draft_slots_kernel) as specs:
+    with capture_specializations(_assign_tree_draft_slots_kernel) as specs, \
+            capture_specializations(_tree_extension_kernel) as ext_specs:
         warm_up(h.worker)
     assert specs == []
+    assert ext_specs == []
 
 
 @pytest.mark.parametrize("page,handled", [(16, "ours"), (1, "SGLang's")])

@@ -475,3 +475,72 @@ def test_move_kv_cache_hook_tagged_plain_pool_uses_kernel():
     assert seen == []
     for b in kv_bytes(h):
         assert torch.equal(b[[100, 101, 102]], b[src[[0, 1, 3]]])
+
+
+# --- the allocator call: our one-launch inputs against SGLang's helper ---------------------
+
+def sglang_allocate_tree_extension(h, batch):
+    """The allocation of SGLang's ``_draft_preprocess_decode`` (page > 1, topk > 1), transcribed."""
+    from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend
+    from sglang.srt.speculative.spec_utils import get_last_loc_large_page_size_large_top_k
+
+    page, topk, steps = h.page_size, h.topk, h.steps
+    prefix_lens, seq_lens, last_loc, _, _, _ = get_last_loc_large_page_size_large_top_k(
+        batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, steps, topk, page)
+    prefix_lens_cpu = batch.seq_lens_cpu
+    pages_cpu = (prefix_lens_cpu % page + steps + page - 1) // page
+    seq_lens_cpu = prefix_lens_cpu // page * page + pages_cpu * (page * topk)
+    extend_num_tokens = torch.sum(seq_lens_cpu - prefix_lens_cpu).item()
+    return alloc_paged_token_slots_extend(batch.tree_cache, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu,
+                                          last_loc, extend_num_tokens, backup_state=True)
+
+
+def recording_alloc_extend(h):
+    seen = []
+    real = h.allocator.alloc_extend
+
+    def alloc_extend(*args):
+        seen.append([a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+        return real(*args)
+
+    h.allocator.alloc_extend = alloc_extend
+    return seen
+
+
+@pytest.mark.parametrize("page,topk,steps,lens", [
+    (16, 4, 3, [5, 33, 17, 48, 2, 31]),
+    (64, 8, 5, [1, 63, 64, 65, 200, 128]),
+    (4, 10, 8, [4, 7, 1, 9]),
+    (128, 2, 1, [127, 129, 1000]),
+])
+def test_allocate_tree_extension_equals_sglangs(page, topk, steps, lens):
+    """Same allocator inputs, same ``out_cache_loc``, same backed-up and post-allocation state,
+    on a free list that earlier finished requests left out of order."""
+    harnesses = []
+    for _ in range(2):
+        h = PagedTreeHarness(page, topk, steps, **SMALL)
+        early = [h.add_request(n) for n in (3 * page + 1, page, 2 * page - 1)]
+        rows = [h.add_request(n) for n in lens]
+        for r in early[::-1]:
+            h.finish_request(r)
+        harnesses.append((h, rows))
+    (ours_h, rows), (theirs_h, rows2) = harnesses
+    assert rows == rows2 and torch.equal(ours_h.allocator.free_pages, theirs_h.allocator.free_pages)
+    ours_args, theirs_args = recording_alloc_extend(ours_h), recording_alloc_extend(theirs_h)
+
+    from sglang_eagle_paged.worker import _allocate_tree_extension
+
+    ours, ours_state = _allocate_tree_extension(ours_h.worker, ours_h.batch(rows))
+    theirs, theirs_state = sglang_allocate_tree_extension(theirs_h, theirs_h.batch(rows))
+    assert torch.equal(ours, theirs)
+    assert len(ours_args) == len(theirs_args) == 1 and len(ours_args[0]) == len(theirs_args[0])
+    for a, b in zip(ours_args[0], theirs_args[0]):
+        if isinstance(a, torch.Tensor):
+            assert a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+        else:
+            assert a == b
+    for a, b in zip(ours_state, theirs_state):
+        assert torch.equal(a, b)
+    assert ours_h.allocator.free_pages.numel() < ours_state[0].numel()  # pages were taken
+    assert torch.equal(ours_h.allocator.free_pages, theirs_h.allocator.free_pages)
+    assert torch.equal(ours_h.allocator.release_pages, theirs_h.allocator.release_pages)

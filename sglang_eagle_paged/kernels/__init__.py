@@ -7,6 +7,8 @@
 - :mod:`.expand_metadata` FA3's tree-draft "expand" metadata, in one launch.
 - :mod:`.draft_decode_metadata` all of one FA3 draft step's replay metadata
   (normal and expand), in one launch; with its torch reference.
+- :mod:`.tree_extension` the paged allocator's ``seq_lens`` and ``last_loc`` for a
+  tree-draft extension, in one launch.
 
 Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
 (``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels).
@@ -15,6 +17,7 @@ Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_page
 from .assign import TreeDraftLayout, assign_tree_draft_slots, pair_capacity
 from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
 from .duplicate import KVBufferTable, duplicate_kv_pairs
+from .tree_extension import TreeExtension, tree_extension
 
 __all__ = [
     "TreeDraftLayout",
@@ -24,4 +27,6 @@ __all__ = [
     "duplicate_kv_pairs",
     "draft_decode_metadata",
     "draft_decode_metadata_reference",
+    "TreeExtension",
+    "tree_extension",
 ]

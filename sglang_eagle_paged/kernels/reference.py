@@ -1,9 +1,10 @@
-"""Plain-torch references for the two kernels, written for clarity, not speed."""
+"""Plain-torch references for the kernels, written for clarity, not speed."""
 
 import torch
 
 from .assign import PAIR_SENTINEL, TreeDraftLayout
 from .layout import extend_lens, num_new_pages_per_branch, pair_capacity
+from .tree_extension import TreeExtension
 
 
 def assign_tree_draft_slots_ref(req_pool_indices, req_to_token, seq_lens, alloc_loc,
@@ -64,3 +65,15 @@ def move_kv_rows_ref(buffers, tgt_loc, src_loc, chunk: int) -> None:
         src, tgt = src_loc[start:start + chunk].long(), tgt_loc[start:start + chunk].long()
         for buf in buffers:
             buf[tgt] = buf[src].clone()
+
+
+def tree_extension_ref(req_to_token, req_pool_indices, seq_lens, page_size: int, topk: int,
+                       steps: int) -> TreeExtension:
+    """Same contract as :func:`..tree_extension.tree_extension`, one request at a time."""
+    new_lens, last_loc = [], []
+    for row, prefix in zip(req_pool_indices.tolist(), seq_lens.tolist()):
+        pages_per_branch = -(-(prefix % page_size + steps) // page_size)
+        new_lens.append(prefix // page_size * page_size + pages_per_branch * page_size * topk)
+        last_loc.append(int(req_to_token[row, prefix - 1]) if prefix > 0 else -1)
+    like = dict(dtype=seq_lens.dtype, device=seq_lens.device)
+    return TreeExtension(torch.tensor(new_lens, **like), torch.tensor(last_loc, **like))
