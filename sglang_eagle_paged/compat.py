@@ -83,12 +83,6 @@ def alloc_paged_token_slots_extend(*args, **kwargs):
     return impl(*args, **kwargs)
 
 
-def get_last_loc_large_page_size_large_top_k(*args, **kwargs):
-    from sglang.srt.speculative.spec_utils import get_last_loc_large_page_size_large_top_k as impl
-
-    return impl(*args, **kwargs)
-
-
 def last_verified_tokens(spec_info):
     """The tokens the penalizer accumulates: renamed verified_id -> bonus_tokens in 0.5.12."""
     tokens = getattr(spec_info, "bonus_tokens", None)

@@ -32,7 +32,6 @@ def missing_apis() -> list:
         compat.DRAFT_PREPROCESS,
         compat.MOVE_KV_CACHE,
         "sglang.srt.mem_cache.common.alloc_paged_token_slots_extend",
-        "sglang.srt.speculative.spec_utils.get_last_loc_large_page_size_large_top_k",
     ]
     missing = []
     for target in needed:
