@@ -14,12 +14,18 @@ page 1: host time on the critical path of every round, paid only at page > 1.
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` picks what replaces it:
 
 - ``fused`` (the default): the whole round's replay metadata in one host max and
-  one launch per step (:mod:`.kernels.draft_decode_metadata`), through an AROUND
-  hook that takes the fused path only where it writes exactly what SGLang would
-  (:func:`fused_replay_hook`) and calls SGLang otherwise; plus the expand REPLACE
-  hook below for eager draft steps. Measured: 0.17-0.35 ms per round (below
+  one launch for all steps (:func:`.kernels.draft_decode_metadata.
+  draft_decode_metadata_all_steps`, through a table of every step's buffers built
+  once per batch size), through an AROUND hook that takes the fused path only
+  where it writes exactly what SGLang would (:func:`fused_replay_hook`) and calls
+  SGLang otherwise; plus the expand REPLACE hook below for eager draft steps.
+  Measured with one launch per step (H200, run 3): 0.17-0.35 ms per round (below
   SGLang's own page-1 cost), identical tables on five shapes, and 48/48 greedy
   outputs identical to SGLang's metadata on the testbed, at 1.09x its throughput.
+  Why one launch: in a Python-stack profile of an 8B-shaped server (H200,
+  bench/results/2026-11-30-h200-run6; topk 8, steps 5, page 64) each per-step
+  launch still cost 0.14 ms of host time, 0.55 ms per round, mostly Triton's
+  launch path. The one-launch version has not yet been timed on a GPU.
 - ``1``/``on``: only ``draft_decode_set_expand_metadata`` becomes one Triton
   launch (:mod:`.kernels.expand_metadata`).
 - ``0``/``off``: SGLang's own builders.
@@ -35,9 +41,15 @@ replacement. Hence the replacement has the original's exact parameter names.
 
 import functools
 import os
+import weakref
 
 from . import compat
-from .kernels.draft_decode_metadata import draft_decode_metadata
+from .kernels.draft_decode_metadata import (
+    DraftStep,
+    DraftStepTable,
+    draft_decode_metadata,
+    draft_decode_metadata_all_steps,
+)
 from .kernels.expand_metadata import expand_draft_page_table
 
 from .compat import FA3_EXPAND_METADATA as TARGET
@@ -121,6 +133,44 @@ def _backend_class():
     return compat.resolve(compat.FA3_BACKEND)
 
 
+# multi-step backend -> {bs: (key, DraftStepTable or None)}. Beside the backend, not on
+# it: a deep copy of the backend (tests, benchmarks) would carry the original's addresses.
+_STEP_TABLES = weakref.WeakKeyDictionary()
+
+
+def _step_table(multi, backends, metadata, bs):
+    """The :class:`DraftStepTable` of these backends' buffers at ``bs``, or None: launch per step.
+
+    Cached; valid while every tensor it was built from is the same object. The key
+    holds their ids and the table holds the tensors themselves, so no id in a live
+    entry can be taken by a later tensor. A None entry holds nothing, but a stale
+    None only costs the per-step launches, which are always right. A tensor whose
+    storage is swapped in place (``set_``) is not noticed, as in ``kv_copy.pool_table``.
+    """
+    key = tuple(x for b, (m, e) in zip(backends, metadata) for x in (
+        id(m.cache_seqlens_int32), id(m.page_table), id(e.cache_seqlens_int32), id(e.page_table),
+        id(b.decode_cuda_graph_metadata["strided_indices"]), id(b.req_to_token),
+        b.speculative_step_id, b.topk, b.page_size, b.speculative_num_steps))
+    try:
+        tables = _STEP_TABLES.setdefault(multi, {})
+    except TypeError:  # not weakly referenceable: derive every round
+        tables = {}
+    cached = tables.get(bs)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    b0 = backends[0]
+    table = None
+    # one launch passes one req_to_token, topk, page_size and cache_loc width for every step
+    if all(b.req_to_token is b0.req_to_token and (b.topk, b.page_size, b.speculative_num_steps)
+           == (b0.topk, b0.page_size, b0.speculative_num_steps) for b in backends):
+        table = DraftStepTable.from_steps([
+            DraftStep(m.cache_seqlens_int32, m.page_table, e.cache_seqlens_int32, e.page_table,
+                      b.decode_cuda_graph_metadata["strided_indices"], b.speculative_step_id + 1)
+            for b, (m, e) in zip(backends, metadata)])
+    tables[bs] = (key, table)
+    return table
+
+
 def fused_replay_hook(original, multi, forward_batch, bs):
     """AROUND hook body for :data:`FUSED_TARGET` (``FlashAttentionMultiStepBackend.
     init_forward_metadata_replay_cuda_graph(self, forward_batch, bs)``)."""
@@ -132,21 +182,30 @@ def fused_replay_hook(original, multi, forward_batch, bs):
     # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
     max_seq_len_k = int(forward_batch.seq_lens_cpu[:bs].max())
     out_cache_loc = forward_batch.out_cache_loc
-    for b in backends:
-        metadata = b.draft_decode_metadata_topk_normal[bs]
-        metadata_expand = b.draft_decode_metadata_topk_expand[bs]
-        metadata.max_seq_len_k = max_seq_len_k
-        draft_decode_metadata(
-            metadata.cache_seqlens_int32, metadata.page_table,
-            metadata_expand.cache_seqlens_int32, metadata_expand.page_table,
-            seq_lens, req_pool_indices, b.req_to_token,
-            b.decode_cuda_graph_metadata["strided_indices"],
+    metadata = [(b.draft_decode_metadata_topk_normal[bs], b.draft_decode_metadata_topk_expand[bs])
+                for b in backends]
+    table = _step_table(multi, backends, metadata, bs)
+    if table is not None:
+        b = backends[0]
+        draft_decode_metadata_all_steps(
+            table, seq_lens, req_pool_indices, b.req_to_token,
             (max_seq_len_k + b.page_size - 1) // b.page_size,
-            out_cache_loc.view(-1, b.speculative_num_steps),
-            b.speculative_step_id + 1, b.topk, b.page_size,
+            out_cache_loc.view(-1, b.speculative_num_steps), b.topk, b.page_size,
         )
-        b.forward_metadata = metadata
-        b.forward_metadata_spec_decode_expand = metadata_expand
+    else:
+        for b, (m, e) in zip(backends, metadata):
+            draft_decode_metadata(
+                m.cache_seqlens_int32, m.page_table, e.cache_seqlens_int32, e.page_table,
+                seq_lens, req_pool_indices, b.req_to_token,
+                b.decode_cuda_graph_metadata["strided_indices"],
+                (max_seq_len_k + b.page_size - 1) // b.page_size,
+                out_cache_loc.view(-1, b.speculative_num_steps),
+                b.speculative_step_id + 1, b.topk, b.page_size,
+            )
+    for b, (m, e) in zip(backends, metadata):
+        m.max_seq_len_k = max_seq_len_k
+        b.forward_metadata = m
+        b.forward_metadata_spec_decode_expand = e
 
 
 def register_hook() -> bool:

@@ -1,4 +1,4 @@
-"""All of one FA3 draft step's replay metadata for paged tree drafting, in one Triton launch.
+"""FA3's replay metadata for paged tree drafting: one step's, or every step's, in one Triton launch.
 
 What SGLang 0.5.12 does: before each replay of the draft CUDA graph,
 ``FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph`` calls
@@ -39,12 +39,27 @@ as SGLang leaves it. Constexprs are configuration values only; batch size,
 ``max_seq_pages``, ``decode_length`` and strides are runtime arguments Triton is
 told not to specialise on, so no batch size or length compiles a new variant.
 
+What :func:`draft_decode_metadata_all_steps` does: every step's writes in one
+launch per draft round. The normal metadata is the same for every step and the
+expand metadata differs only in ``decode_length``, but each step's backend owns
+(and its CUDA graph reads) its own buffers, so every step's buffers are still
+written. They reach the kernel through a :class:`DraftStepTable`: one int64 row
+per step with the step's buffer addresses, strides and ``decode_length``, built
+once and reused every round (the caller decides when it is stale). Same grid as
+above; each program writes its cells of every step's buffers, in step order
+(each step through its own ``strided_indices``: equal in SGLang, but only a
+device read could tell). The number of steps is a constexpr, a configuration
+value like ``STEPS``.
+
 Where it cannot match torch: indices torch would reject or wrap
 (``req_pool_indices``/``strided_indices`` out of range or negative) are not
 checked on the device; SGLang never produces them. A row of ``cache_loc`` with
 more distinct pages than the expand table has columns is clipped (see
 :mod:`.expand_metadata`). Shape mismatches torch would reject raise here too.
 """
+
+from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 import torch
 import triton
@@ -214,3 +229,195 @@ def draft_decode_metadata_reference(
     mask[:, 1:] = pages[:, 1:] != pages[:, :-1]
     positions = mask.cumsum(dim=1) - 1
     expand_page_table[:pages.shape[0], :].scatter_(1, positions, pages)
+
+
+# ---------------------------------------------------------------- every step in one launch
+
+class DraftStep(NamedTuple):
+    """One step's outputs (written) and the two inputs its backend holds itself."""
+
+    cache_seqlens: torch.Tensor  # normal [bs] int32
+    page_table: torch.Tensor  # normal [bs, cols] int32
+    expand_cache_seqlens: torch.Tensor  # [bs * topk] int32
+    expand_page_table: torch.Tensor  # [rows, decode_length + 1] int32
+    strided_indices: torch.Tensor  # int64
+    decode_length: int
+
+
+# Columns of a DraftStepTable row (tl.constexpr: the kernel reads them as globals).
+_CS, _CS_STRIDE = tl.constexpr(0), tl.constexpr(1)
+_PT, _PT_STRIDE0, _PT_STRIDE1 = tl.constexpr(2), tl.constexpr(3), tl.constexpr(4)
+_ECS, _ECS_STRIDE = tl.constexpr(5), tl.constexpr(6)
+_EPT, _EPT_STRIDE0, _EPT_STRIDE1, _EPT_COLS = tl.constexpr(7), tl.constexpr(8), tl.constexpr(9), tl.constexpr(10)
+_SI, _SI_STRIDE = tl.constexpr(11), tl.constexpr(12)
+_DECODE_LENGTH = tl.constexpr(13)
+_FIELDS = 14
+
+
+@dataclass
+class DraftStepTable:
+    """Every step's buffers as one device table (see the module docstring).
+
+    Holds the steps' tensors, so the addresses in ``table`` stay valid while it lives.
+    """
+
+    table: torch.Tensor  # int64 [n_steps, _FIELDS]
+    steps: tuple  # DraftStep per step
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[DraftStep]) -> "DraftStepTable | None":
+        """The table, or None where one launch could differ from one launch per step.
+
+        Strides and the expand table's width may differ per step (the table holds
+        them); dtypes, devices and every shape the checks and the grid depend on
+        must not, so that step 0's checks hold for all of them.
+        """
+        steps = tuple(DraftStep(*s) for s in steps)
+        if not steps:
+            return None
+        first = steps[0]
+        for s in steps:
+            outputs = (s.cache_seqlens, s.page_table, s.expand_cache_seqlens, s.expand_page_table)
+            # the kernel casts the addresses to int32* and (strided_indices) int64*
+            if (any(t.dtype != torch.int32 for t in outputs) or s.strided_indices.dtype != torch.int64
+                    or any(t.device != first.page_table.device for t in outputs + (s.strided_indices,))
+                    or s.cache_seqlens.shape != first.cache_seqlens.shape
+                    or s.page_table.shape != first.page_table.shape
+                    or s.expand_cache_seqlens.shape != first.expand_cache_seqlens.shape
+                    or s.expand_page_table.dim() != 2
+                    or s.expand_page_table.shape[0] != first.expand_page_table.shape[0]
+                    or s.strided_indices.shape != first.strided_indices.shape
+                    or s.cache_seqlens.dim() != 1 or s.page_table.dim() != 2
+                    or s.expand_cache_seqlens.dim() != 1 or s.strided_indices.dim() != 1):
+                return None
+        rows = [[s.cache_seqlens.data_ptr(), s.cache_seqlens.stride(0),
+                 s.page_table.data_ptr(), *s.page_table.stride(),
+                 s.expand_cache_seqlens.data_ptr(), s.expand_cache_seqlens.stride(0),
+                 s.expand_page_table.data_ptr(), *s.expand_page_table.stride(), s.expand_page_table.shape[1],
+                 s.strided_indices.data_ptr(), s.strided_indices.stride(0),
+                 int(s.decode_length)] for s in steps]
+        table = torch.tensor(rows, dtype=torch.int64, device=first.page_table.device)
+        return cls(table=table, steps=steps)
+
+
+@triton.jit
+def _int32_ptr(step, field: tl.constexpr):
+    return tl.load(step + field).to(tl.pointer_type(tl.int32))
+
+
+_ALL_STEPS_RUNTIME_INTS = [
+    "sl_stride", "rpi_stride", "rtt_stride0", "rtt_stride1", "n_cols",
+    "cl_stride0", "cl_stride1", "num_seqs", "bs",
+]
+_ALL_STEPS_POINTERS = ["steps", "seq_lens", "req_pool_indices", "req_to_token", "cache_loc"]
+
+
+@triton.jit(do_not_specialize=_ALL_STEPS_RUNTIME_INTS, do_not_specialize_on_alignment=_ALL_STEPS_POINTERS)
+def _draft_decode_metadata_all_steps_kernel(
+    steps,                                      # [N_STEPS, FIELDS] int64 (DraftStepTable)
+    seq_lens, sl_stride,                        # [bs]
+    req_pool_indices, rpi_stride,               # [bs]
+    req_to_token, rtt_stride0, rtt_stride1,     # [pool, max_context_len]
+    n_cols,                                     # normal page-table columns to write
+    cache_loc, cl_stride0, cl_stride1, num_seqs,  # [num_seqs, STEPS]
+    bs,
+    topk: tl.constexpr,
+    page_size: tl.constexpr,
+    STEPS: tl.constexpr,
+    STEPS_POW2: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+    N_STEPS: tl.constexpr,
+    FIELDS: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    blk = tl.program_id(1)
+
+    if blk == 0:
+        if row < bs * topk:
+            seq = tl.load(seq_lens + (row // topk) * sl_stride)
+            last_page_len = seq - _floor_div(seq, page_size) * page_size  # torch's % (floor)
+            for s in tl.static_range(N_STEPS):
+                step = steps + s * FIELDS
+                tl.store(_int32_ptr(step, _ECS) + row * tl.load(step + _ECS_STRIDE),
+                         last_page_len + tl.load(step + _DECODE_LENGTH))
+        if row < num_seqs:
+            for s in tl.static_range(N_STEPS):
+                step = steps + s * FIELDS
+                _store_distinct_pages(_int32_ptr(step, _EPT), tl.load(step + _EPT_STRIDE0),
+                                      tl.load(step + _EPT_STRIDE1), tl.load(step + _EPT_COLS),
+                                      cache_loc, cl_stride0, cl_stride1, row,
+                                      page_size, STEPS, STEPS_POW2)
+        if row < bs:
+            seq = tl.load(seq_lens + row * sl_stride)
+            for s in tl.static_range(N_STEPS):
+                step = steps + s * FIELDS
+                tl.store(_int32_ptr(step, _CS) + row * tl.load(step + _CS_STRIDE),
+                         _floor_div(seq, page_size) * page_size)
+
+    if row < bs:
+        cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+        live = cols < n_cols
+        req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
+        for s in tl.static_range(N_STEPS):
+            step = steps + s * FIELDS
+            strided_indices = tl.load(step + _SI).to(tl.pointer_type(tl.int64))
+            tok = tl.load(strided_indices + cols * tl.load(step + _SI_STRIDE), mask=live, other=0).to(tl.int64)
+            slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
+            page_table = _int32_ptr(step, _PT)
+            tl.store(page_table + row * tl.load(step + _PT_STRIDE0) + cols * tl.load(step + _PT_STRIDE1),
+                     _floor_div(slot, page_size).to(tl.int32), mask=live)
+
+
+def draft_decode_metadata_all_steps(
+    steps: DraftStepTable,  # every step's outputs, modified
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    max_seq_pages: int,
+    cache_loc: torch.Tensor,
+    topk: int,
+    page_size: int,
+) -> None:
+    """:func:`draft_decode_metadata` for every step of ``steps`` (each with its own
+    ``decode_length`` and ``strided_indices``), in one launch."""
+    first = steps.steps[0]
+    _check(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
+           seq_lens, req_pool_indices, cache_loc, topk, page_size)
+    n_cols = _normal_cols(first.page_table, first.strided_indices, max_seq_pages)
+    bs = seq_lens.shape[0]
+    num_seqs, n_loc = cache_loc.shape
+    if n_loc == 0:
+        num_seqs = 0
+    rows = max(bs * topk, num_seqs)
+    if rows == 0:
+        return
+    _draft_decode_metadata_all_steps_kernel[(rows, max(triton.cdiv(n_cols, BLOCK_COLS), 1))](
+        steps.table,
+        seq_lens, seq_lens.stride(0),
+        req_pool_indices, req_pool_indices.stride(0),
+        req_to_token, req_to_token.stride(0), req_to_token.stride(1),
+        n_cols,
+        cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
+        bs,
+        topk=topk, page_size=page_size, STEPS=n_loc,
+        STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)), BLOCK_COLS=BLOCK_COLS,
+        N_STEPS=len(steps.steps), FIELDS=_FIELDS,
+        num_warps=1,
+    )
+
+
+def draft_decode_metadata_all_steps_reference(
+    steps: Sequence[DraftStep],
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    max_seq_pages: int,
+    cache_loc: torch.Tensor,
+    topk: int,
+    page_size: int,
+) -> None:
+    """SGLang's per-step ops (:func:`draft_decode_metadata_reference`), step after step."""
+    for s in steps:
+        draft_decode_metadata_reference(s.cache_seqlens, s.page_table, s.expand_cache_seqlens, s.expand_page_table,
+                                        seq_lens, req_pool_indices, req_to_token, s.strided_indices,
+                                        max_seq_pages, cache_loc, s.decode_length, topk, page_size)
