@@ -575,7 +575,7 @@ def markdown(res) -> str:
     out += _impl_table(
         res.get("fa3_replay"), "FA3 draft replay metadata, all steps (`SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`, the default)",
         "`FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph` as the draft graph "
-        "runner calls it each draft round: SGLang's at the page size, ours (one launch per step), and "
+        "runner calls it each draft round: SGLang's at the page size, ours (one launch for every step), and "
         "SGLang's at page 1 on the same batch shape.",
         ("bs", "topk", "steps", "page"),
         (("upstream", "SGLang"), ("ours", "ours (fused)"), ("upstream_p1", "SGLang at page 1")),

@@ -63,7 +63,24 @@ def _self_test(device: str) -> str:
     duplicate_kv_pairs(KVBufferTable.from_buffers(dev_bufs), got.tgt_loc, got.src_loc)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
         return "duplication kernel differs from the reference"
-    return _self_test_move(device) or _self_test_fa3_metadata(device)
+    return _self_test_tree_extension(device) or _self_test_move(device) or _self_test_fa3_metadata(device)
+
+
+def _self_test_tree_extension(device: str) -> str:
+    """The allocator inputs of a tree extension: empty, partial and full last pages."""
+    import torch
+
+    from .kernels.reference import tree_extension_ref
+    from .kernels.tree_extension import tree_extension
+
+    r2t = (torch.arange(4 * 96, dtype=torch.int32).view(4, 96) * 5 + 3) % 4096
+    rows, seq_lens = torch.tensor([3, 0, 2, 1]), torch.tensor([0, 1, 31, 64])
+    want = tree_extension_ref(r2t, rows, seq_lens, 16, 4, 5)
+    got = tree_extension(r2t.to(device), rows.to(device), seq_lens.to(device), 16, 4, 5)
+    for name in ("seq_lens", "last_loc"):
+        if not torch.equal(getattr(got, name).cpu(), getattr(want, name)):
+            return f"tree-extension kernel differs from the reference in {name}"
+    return ""
 
 
 def _self_test_move(device: str) -> str:
@@ -160,7 +177,7 @@ def run(args) -> int:
                   else "SGLang's (SGLANG_EAGLE_PAGED_FA3_EXPAND=0)")
             fused = compat.FA3_MULTI_STEP_REPLAY in HookRegistry._patched
             _line(None, "fa3 replay metadata",
-                  "fused, one launch per step (the default)" if fused
+                  "fused, one launch per draft round (the default)" if fused
                   else "SGLang's (SGLANG_EAGLE_PAGED_FA3_EXPAND=0 or 1)")
         except SystemExit as exc:
             ok &= _line(False, "hooks", str(exc))

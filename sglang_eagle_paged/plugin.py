@@ -135,7 +135,7 @@ def register() -> None:
         "kv copy=%s, fa3 expand metadata=%s, fa3 draft replay metadata=%s, prefix check=%s, sglang %s",
         mode.value, compat.EAGLE_WORKER, "one-launch duplication" if mode is Mode.ON else "skipped (fake)",
         "one-launch kernel" if _state.get("fa3_expand") else "SGLang's",
-        "fused, one launch per step" if _state.get("fa3_expand") == "fused" else "SGLang's",
+        "fused, one launch per draft round" if _state.get("fa3_expand") == "fused" else "SGLang's",
         "on" if compat.DRAFT_STEP in hooks else "off", compat.sglang_version(),
     )
 

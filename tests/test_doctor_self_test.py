@@ -44,3 +44,16 @@ def test_wrong_fa3_metadata_is_caught(monkeypatch, arg, delta):
 
     monkeypatch.setattr(module, "draft_decode_metadata", off)
     assert "FA3 draft metadata" in doctor._self_test_fa3_metadata("cpu")
+
+
+@pytest.mark.parametrize("field", ["seq_lens", "last_loc"])
+def test_wrong_tree_extension_is_caught(monkeypatch, field):
+    module = _module("tree_extension")
+    real = module.tree_extension
+
+    def off(*args):
+        out = real(*args)
+        return out._replace(**{field: getattr(out, field) + 1})
+
+    monkeypatch.setattr(module, "tree_extension", off)
+    assert "tree-extension kernel" in doctor._self_test_tree_extension("cpu")
