@@ -26,7 +26,7 @@ page 1: host time on the critical path of every round, paid only at page > 1.
   bench/results/2026-11-30-h200-run6; topk 8, steps 5, page 64) each per-step
   launch still cost 0.14 ms of host time, 0.55 ms per round, mostly Triton's
   launch path. With one launch (H200, bench/results/2026-11-30-h200-run6/kernels, same
-  script): 69-137 us per round wall at bs 1-32, page 16-128, against SGLang's 426-1,846 us
+  script): 63-137 us per round wall at bs 1-32, page 16-128, against SGLang's 426-1,846 us
   at those pages and 173-575 us at page 1; tables identical to SGLang's on every shape.
 - ``1``/``on``: only ``draft_decode_set_expand_metadata`` becomes one Triton
   launch (:mod:`.kernels.expand_metadata`).
