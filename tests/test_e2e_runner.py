@@ -423,3 +423,24 @@ def test_warm_up_fills_every_slot_of_the_measured_parallelism():
     assert par2 == 3 and second == qs[:1]
     assert len(e2e.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
     assert e2e.warmup_mixes([], 16) == []
+
+
+def test_throughput_runs_leave_margins_to_the_reference(monkeypatch, tmp_path, questions, fake_servers):
+    """margins=False (--no-margins, the device perf and 8B calls): no logprob cost on speculative
+    servers; the non-speculative reference keeps its margins for the agreement report."""
+    calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
+    res = e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64)],
+                          target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
+                          num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1,
+                          margins=False)
+    assert [c.get("top_logprobs", 0) for c in calls] == [0, 0, 2, 0] + [0, 0, 0, 0]
+    assert res["nospec_p1"]["tokens"]["1/1"] and res["on_p64"]["tokens"] == {}
+
+
+def test_no_margins_flag_reaches_the_runner(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(kw))
+    e2e.main(["--set", "large", "--target", "T", "--draft", "D", "--out", str(tmp_path), "--no-margins"])
+    assert seen["margins"] is False
+    e2e.main(["--set", "large", "--target", "T", "--draft", "D", "--out", str(tmp_path)])
+    assert seen["margins"] is True

@@ -168,15 +168,17 @@ def warmup_mixes(warmup_questions: list[dict], parallel: int) -> list[tuple[list
 
 def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions, warmup_questions,
              parallel: int, max_new_tokens: int, ignore_eos: bool, parallel1_questions: int,
-             profile_dir: str | None, profile_stack: bool = True) -> None:
+             profile_dir: str | None, profile_stack: bool = True, margins: bool = True) -> None:
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
     for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
         run_benchmark(server.base_url, mix, parallel=mix_parallel, **bench_kw)
     record["triton_variants_after_warmup"] = triton_cache.variants(cache_dir)
     # Every configuration reports each token's runner-up, so that any run can be the
     # reference that places a divergence on a near-tie (numerics) or not. Throughput of
-    # this pass includes that cost (earlier runs paid it on nospec_p1 only).
-    bench = run_benchmark(server.base_url, questions, parallel=parallel, top_logprobs=2, **bench_kw)
+    # this pass includes that cost (earlier runs paid it on nospec_p1 only); throughput
+    # runs turn it off (margins=False) and keep it for the non-speculative reference.
+    top = 2 if margins or cfg.algorithm is None else 0
+    bench = run_benchmark(server.base_url, questions, parallel=parallel, top_logprobs=top, **bench_kw)
     record["summary"] = bench["summary"]
     record["server"] = bench["server"]
     record["metadata"] = bench["metadata"]
@@ -188,7 +190,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     # cover the output token for token would misplace divergences, so it is dropped (None)
     # and named, and a test judging on it falls back to the strict rate.
     record["tokens"], record["tokens_unmatched"] = {}, []
-    for r in bench["requests"]:
+    for r in bench["requests"] if top else ():
         key, tokens = f"{r['question_id']}/{r['turn']}", r.get("tokens")
         if tokens is not None and len(tokens) != r.get("completion_tokens"):
             record["tokens_unmatched"].append(key)
@@ -372,7 +374,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
                 profile_dir: str | None = None, profile_stack: bool = True, gpus: int = 1,
-                triton_seeds: Sequence[str] = ()) -> dict:
+                triton_seeds: Sequence[str] = (), margins: bool = True) -> dict:
     """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`).
 
     With ``gpus`` > 1 each server of a group goes to the GPU with the least measuring work so far
@@ -416,7 +418,8 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
             _measure(server, cfgs[name], record, cache_dirs[name], questions=questions,
                      warmup_questions=warmup_questions, parallel=parallel, max_new_tokens=max_new_tokens,
                      ignore_eos=ignore_eos, parallel1_questions=parallel1_questions,
-                     profile_dir=profile_dir if name in profile else None, profile_stack=profile_stack)
+                     profile_dir=profile_dir if name in profile else None, profile_stack=profile_stack,
+                     margins=margins)
 
         def done(name, record):
             results[name] = record
@@ -540,6 +543,8 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default="", help="comma-separated names to profile after measuring")
     p.add_argument("--profile-no-stack", action="store_true",
                    help="profile without Python stacks: op and kernel times undistorted by stack tracing")
+    p.add_argument("--no-margins", action="store_true",
+                   help="speculative servers without top-2 logprobs (throughput runs: no logprob cost)")
     p.add_argument("--question-file")
     p.add_argument("--triton-seed", action="append", default=[],
                    help="Triton cache dir (glob) of earlier servers to seed each server's cache from, "
@@ -557,7 +562,7 @@ def main(argv=None) -> int:
                 ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
                 profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"),
                 profile_stack=not a.profile_no_stack, gpus=a.gpus,
-                triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))])
+                triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))], margins=not a.no_margins)
     return 0
 
 
