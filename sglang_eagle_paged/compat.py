@@ -32,6 +32,7 @@ FA3_BACKEND = FA3_MODULE + ".FlashAttentionBackend"
 FA3_MULTI_STEP_REPLAY = FA3_MODULE + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
+PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
 # The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is eager). Imported by
 # name into eagle_info and ngram_info: the registry patches those modules' references too.
@@ -93,6 +94,12 @@ def last_verified_tokens(spec_info):
 def mha_pool_class():
     """SGLang's plain MHA pool class, resolved once (checked every draft and verify step)."""
     return resolve(MHA_POOL)
+
+
+@functools.lru_cache(maxsize=1)
+def paged_allocator_class():
+    """SGLang's paged allocator class, resolved once (checked every draft step)."""
+    return resolve(PAGED_ALLOCATOR)
 
 
 def worker_kv_pools(worker) -> dict:

@@ -8,7 +8,10 @@ own method. Compared with SGLang 0.5.12.post1's version it:
 - duplicates the prefix's partial page with one launch sized by a bound the host
   already knows (no ``.item()`` to learn the copy length, no recompiles),
 - takes ``seq_lens_sum`` from ``seq_lens_cpu`` (SGLang syncs for it every step),
-- restores the allocator in a ``finally``, so a failure cannot leak the draft slots.
+- reads the draft slots from SGLang's paged allocator's free pages with one launch,
+  allocating nothing, where that allocator's free list holds them; elsewhere it
+  allocates as SGLang does and restores the allocator in a ``finally``, so a failure
+  cannot leak the draft slots.
 """
 
 import logging
@@ -17,8 +20,9 @@ import time
 import torch
 
 from . import compat
-from .kernels import assign_tree_draft_slots, tree_extension
+from .kernels import assign_tree_draft_slots, tree_extension, tree_slots_from_free_pages
 from .kernels.layout import extend_lens
+from .kernels.tree_alloc import new_pages
 from .kv_copy import move_pairs
 from .mode import Mode
 
@@ -30,15 +34,38 @@ def handles(worker) -> bool:
 
 
 def _allocate_tree_extension(worker, batch):
-    """Ask SGLang's allocator for every branch's pages, as SGLang itself does."""
+    """Every branch's slots, and the allocator state to restore after the step (or None).
+
+    The slots are what SGLang's allocator would hand out. Where that allocator is SGLang's
+    own paged one and its free list holds the extension, they are read from the free list
+    without allocating (one launch); otherwise SGLang allocates them as it does itself.
+    """
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
+    prefix_lens_cpu = batch.seq_lens_cpu
+    ext_cpu = extend_lens(prefix_lens_cpu, page, topk, steps)
+    num_slots = int(ext_cpu.sum())  # a CPU tensor: no device sync
+    allocator = batch.tree_cache.token_to_kv_pool_allocator
+    # The draft's slots are given back before anything else allocates (the verify step
+    # allocates its own), so allocating and restoring is host time for nothing: reading
+    # the pages alloc_extend would take gives the same slots. Only for the exact class,
+    # whose alloc_extend we reproduce; never in debug mode, whose assertions the user asked
+    # for. SGLang evicts from the tree cache when its over-estimate (one extra page per
+    # request) exceeds what is available; here the exact need is checked, so no cached
+    # prefix is thrown away for slots that are given back anyway. (For the same reason,
+    # where need_sort would have SGLang merge and sort the release pages first, these
+    # slots differ from SGLang's but are just as free.)
+    if (type(allocator) is compat.paged_allocator_class() and not allocator.debug_mode
+            and int(new_pages(prefix_lens_cpu, page, topk, steps).sum()) <= len(allocator.free_pages)):
+        slots = tree_slots_from_free_pages(
+            batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
+            allocator.free_pages, num_slots, page, topk, steps,
+        )
+        return slots, None
     # SGLang's get_last_loc_large_page_size_large_top_k computes these with ~10 host
     # dispatches per draft round; one launch gives the allocator the same tensors.
     seq_lens, last_loc = tree_extension(
         batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, page, topk, steps,
     )
-    prefix_lens_cpu = batch.seq_lens_cpu
-    ext_cpu = extend_lens(prefix_lens_cpu, page, topk, steps)
     return compat.alloc_paged_token_slots_extend(
         batch.tree_cache,
         batch.seq_lens,
@@ -46,7 +73,7 @@ def _allocate_tree_extension(worker, batch):
         seq_lens,
         prefix_lens_cpu + ext_cpu,
         last_loc,
-        int(ext_cpu.sum()),  # a CPU tensor: no device sync
+        num_slots,
         backup_state=True,
     )
 
@@ -81,7 +108,8 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
         spec_info.positions = batch.seq_lens.repeat_interleave(worker.topk, dim=0)
     finally:
         # The draft slots live only for this step: the verify step allocates its own.
-        worker.token_to_kv_pool_allocator.restore_state(allocator_state)
+        if allocator_state is not None:
+            worker.token_to_kv_pool_allocator.restore_state(allocator_state)
 
 
 def warm_up(worker) -> None:
@@ -97,10 +125,14 @@ def warm_up(worker) -> None:
     i64 = dict(dtype=torch.int64, device=device)
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
     seq_lens = torch.tensor([page + 1], **i64)  # a partial last page: every code path runs
-    need = int(extend_lens(seq_lens.cpu(), page, topk, steps).sum())
+    seq_lens_cpu = seq_lens.cpu()
+    need = int(extend_lens(seq_lens_cpu, page, topk, steps).sum())
     scratch_rows = torch.zeros((2, 2 * page + need), dtype=torch.int32, device=device)
     alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
     tree_extension(scratch_rows, torch.ones(1, **i64), seq_lens, page, topk, steps)
+    # Every free page is page 0, the padding page: only the returned tensor is written.
+    free_pages = torch.zeros(int(new_pages(seq_lens_cpu, page, topk, steps).sum()), **i64)
+    tree_slots_from_free_pages(scratch_rows, torch.ones(1, **i64), seq_lens, free_pages, need, page, topk, steps)
     layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
     from .kv_copy import duplicate_in_pool, warm_up_moves

@@ -15,6 +15,7 @@ from sglang_eagle_paged.harness import PagedTreeHarness
 from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
 from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
 from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel
+from sglang_eagle_paged.kernels.tree_alloc import _tree_alloc_kernel
 from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
 from sglang_eagle_paged import kv_copy
 from sglang_eagle_paged.mode import Mode
@@ -47,14 +48,19 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     assert _keys(d_serve) <= _keys(d_warm)
 
 
+@pytest.mark.parametrize("path", ["fast", "fallback"])
 @pytest.mark.parametrize("page,topk,steps", [(16, 4, 3), (64, 8, 5)])
-def test_allocator_inputs_kernel_is_compiled_at_start_up(page, topk, steps):
+def test_allocation_kernels_are_compiled_at_start_up(page, topk, steps, path):
+    """The free-page kernel (SGLang's paged allocator, debug mode off) and the allocator-inputs
+    kernel of SGLang's allocation (the fallback; here through the allocator's debug mode)."""
+    kernel = _tree_alloc_kernel if path == "fast" else _tree_extension_kernel
     h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
-    with capture_specializations(_tree_extension_kernel) as warm:
+    h.allocator.debug_mode = path == "fallback"
+    with capture_specializations(kernel) as warm:
         warm_up(h.worker)
     assert len(warm) == 1
     rng = random.Random(page + topk)
-    with capture_specializations(_tree_extension_kernel) as serve:
+    with capture_specializations(kernel) as serve:
         for bs in (1, 3, 5):
             rows = [h.add_request(rng.choice([1, page - 1, page, page + 1, rng.randint(1, 4 * page)]))
                     for _ in range(bs)]
@@ -93,10 +99,12 @@ def test_warm_up_leaves_kv_and_allocator_untouched():
 def test_warm_up_skips_configurations_sglang_handles():
     h = PagedTreeHarness(1, 4, 3, num_tokens=4096)
     with capture_specializations(_assign_tree_draft_slots_kernel) as specs, \
-            capture_specializations(_tree_extension_kernel) as ext_specs:
+            capture_specializations(_tree_extension_kernel) as ext_specs, \
+            capture_specializations(_tree_alloc_kernel) as alloc_specs:
         warm_up(h.worker)
     assert specs == []
     assert ext_specs == []
+    assert alloc_specs == []
 
 
 @pytest.mark.parametrize("page,handled", [(16, "ours"), (1, "SGLang's")])

@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 from sglang_eagle_paged import kv_copy  # noqa: E402
 from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+from sglang_eagle_paged.kernels.layout import extend_lens  # noqa: E402
 from sglang_eagle_paged.mode import ENV_VAR, Mode  # noqa: E402
 from sglang_eagle_paged.worker import draft_preprocess_decode, draft_preprocess_decode_hook  # noqa: E402
 
@@ -507,18 +508,19 @@ def recording_alloc_extend(h):
     return seen
 
 
-@pytest.mark.parametrize("page,topk,steps,lens", [
+ALLOC_CASES = [
     (16, 4, 3, [5, 33, 17, 48, 2, 31]),
     (64, 8, 5, [1, 63, 64, 65, 200, 128]),
     (4, 10, 8, [4, 7, 1, 9]),
     (128, 2, 1, [127, 129, 1000]),
-])
-def test_allocate_tree_extension_equals_sglangs(page, topk, steps, lens):
-    """Same allocator inputs, same ``out_cache_loc``, same backed-up and post-allocation state,
-    on a free list that earlier finished requests left out of order."""
+]
+
+
+def twin_harnesses(page, topk, steps, lens, **kw):
+    """Two identical harnesses, on a free list that earlier finished requests left out of order."""
     harnesses = []
     for _ in range(2):
-        h = PagedTreeHarness(page, topk, steps, **SMALL)
+        h = PagedTreeHarness(page, topk, steps, **dict(SMALL, **kw))
         early = [h.add_request(n) for n in (3 * page + 1, page, 2 * page - 1)]
         rows = [h.add_request(n) for n in lens]
         for r in early[::-1]:
@@ -526,6 +528,66 @@ def test_allocate_tree_extension_equals_sglangs(page, topk, steps, lens):
         harnesses.append((h, rows))
     (ours_h, rows), (theirs_h, rows2) = harnesses
     assert rows == rows2 and torch.equal(ours_h.allocator.free_pages, theirs_h.allocator.free_pages)
+    return ours_h, theirs_h, rows
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the fast path called SGLang's allocation")
+
+
+@pytest.mark.parametrize("page,topk,steps,lens", ALLOC_CASES)
+def test_fast_path_equals_sglangs_allocation_and_changes_nothing(monkeypatch, page, topk, steps, lens):
+    """SGLang's own paged allocator, debug mode off, room in the free list: the slots SGLang's
+    allocation hands out, read without eviction, backup, alloc_extend or restore; the
+    allocator keeps its very tensors. SGLang's path, once restored, also leaves them as before."""
+    from sglang_eagle_paged import compat
+    from sglang_eagle_paged.worker import _allocate_tree_extension
+
+    ours_h, theirs_h, rows = twin_harnesses(page, topk, steps, lens)
+    a = ours_h.allocator
+    assert not a.debug_mode
+    free, release = a.free_pages, a.release_pages
+    free_copy, release_copy = free.clone(), release.clone()
+    ours_args = recording_alloc_extend(ours_h)
+    monkeypatch.setattr(a, "backup_state", _boom)
+    monkeypatch.setattr(a, "restore_state", _boom)
+    monkeypatch.setattr(compat, "alloc_paged_token_slots_extend", _boom)
+    ours_h.tree_cache.evict = _boom
+
+    ours, ours_state = _allocate_tree_extension(ours_h.worker, ours_h.batch(rows))
+    assert ours_state is None and ours_args == []
+    assert a.free_pages is free and a.release_pages is release
+    assert torch.equal(free, free_copy) and torch.equal(release, release_copy)
+    monkeypatch.undo()
+
+    t = theirs_h.allocator
+    theirs, theirs_state = sglang_allocate_tree_extension(theirs_h, theirs_h.batch(rows))
+    assert t.free_pages.numel() < free_copy.numel()  # SGLang's path took pages ...
+    t.restore_state(theirs_state)
+    assert torch.equal(t.free_pages, free_copy) and torch.equal(t.release_pages, release_copy)  # ... and gave them back
+    assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("page,topk,steps,lens", ALLOC_CASES)
+def test_fast_path_draft_step_equals_fallbacks(page, topk, steps, lens):
+    """The whole draft step: the same rows, slots and KV whichever path allocated."""
+    fast_h, slow_h, rows = twin_harnesses(page, topk, steps, lens)
+    slow_h.allocator.debug_mode = True  # SGLang's checked allocation: the fallback
+    fast, free, prefix = run_ours(fast_h, rows)
+    slow, _, _ = run_ours(slow_h, rows)
+    check_step(fast_h, rows, fast, free, prefix)
+    assert torch.equal(fast.out_cache_loc, slow.out_cache_loc)
+    assert torch.equal(fast_h.req_to_token_pool.req_to_token, slow_h.req_to_token_pool.req_to_token)
+    assert all(torch.equal(x, y) for x, y in zip(kv_bytes(fast_h), kv_bytes(slow_h)))
+
+
+@pytest.mark.parametrize("page,topk,steps,lens", ALLOC_CASES)
+def test_fallback_allocation_equals_sglangs(page, topk, steps, lens):
+    """Where the fast path does not apply (here: the allocator's debug mode), SGLang allocates:
+    same allocator inputs, same ``out_cache_loc``, same backed-up and post-allocation state."""
+    ours_h, theirs_h, rows = twin_harnesses(page, topk, steps, lens)
+    for h in (ours_h, theirs_h):
+        h.allocator.debug_mode = True
     ours_args, theirs_args = recording_alloc_extend(ours_h), recording_alloc_extend(theirs_h)
 
     from sglang_eagle_paged.worker import _allocate_tree_extension
@@ -544,3 +606,90 @@ def test_allocate_tree_extension_equals_sglangs(page, topk, steps, lens):
     assert ours_h.allocator.free_pages.numel() < ours_state[0].numel()  # pages were taken
     assert torch.equal(ours_h.allocator.free_pages, theirs_h.allocator.free_pages)
     assert torch.equal(ours_h.allocator.release_pages, theirs_h.allocator.release_pages)
+
+
+# --- when the fast path steps aside --------------------------------------------------------
+
+FALLBACK_CASE = (16, 4, 3, [5, 33, 17, 48, 2, 31])
+
+
+def _exact_need(h, rows):
+    from sglang_eagle_paged.kernels.tree_alloc import new_pages
+
+    lens = torch.tensor([len(h.requests[r]) for r in rows])
+    return int(new_pages(lens, h.page_size, h.topk, h.steps).sum())
+
+
+def _leave_free_pages(h, n):
+    """Allocate everything but ``n`` free pages; returns the filler slots."""
+    filler = h.allocator.alloc(h.allocator.available_size() - n * h.page_size)
+    assert filler is not None and len(h.allocator.free_pages) == n
+    return filler
+
+
+def _evicting_tree_cache(h, held):
+    """A radix-cache stand-in whose eviction gives ``held`` back to the allocator."""
+    evictions = []
+
+    def evict(params):
+        evictions.append(params.num_tokens)
+        if held:
+            h.allocator.free(held.pop())
+
+    h.tree_cache.is_chunk_cache = lambda: False
+    h.tree_cache.evict = evict
+    return evictions
+
+
+@pytest.mark.parametrize("path", ["fast", "fallback"])
+def test_exact_need_decides_not_sglangs_over_estimate(path):
+    """Free pages exactly the need: the fast path, without the eviction SGLang's over-estimate
+    (one more page per request) asks for. One page fewer: SGLang's path, which evicts."""
+    page, topk, steps, lens = FALLBACK_CASE
+    h, rows = build(page, topk, steps, lens)
+    need = _exact_need(h, rows)
+    filler = _leave_free_pages(h, need if path == "fast" else need - 1)
+    evictions = _evicting_tree_cache(h, [filler[:page]])
+    restores = []
+    real_restore = h.allocator.restore_state
+    h.allocator.restore_state = lambda state: (restores.append(state), real_restore(state))
+    batch, free, prefix = run_ours(h, rows)
+    check_step(h, rows, batch, free + (page if path == "fallback" else 0), prefix)
+    if path == "fast":
+        assert evictions == [] and restores == []
+    else:
+        assert evictions == [int(extend_lens(torch.tensor(lens), page, topk, steps).sum()) + len(lens) * page]
+        assert len(restores) == 1 and restores[0] is not None
+
+
+def test_too_few_free_pages_raises_sglangs_error():
+    page, topk, steps, lens = FALLBACK_CASE
+    h, rows = build(page, topk, steps, lens)
+    _leave_free_pages(h, _exact_need(h, rows) - 1)
+    h.tree_cache.available_and_evictable_str = lambda: "test pool"
+    free, release = h.allocator.free_pages.clone(), h.allocator.release_pages.clone()
+    batch = h.batch(rows)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        draft_preprocess_decode(h.worker, batch, Mode.ON)
+    assert torch.equal(h.allocator.free_pages, free) and torch.equal(h.allocator.release_pages, release)
+    assert batch.out_cache_loc is None
+
+
+@pytest.mark.parametrize("why", ["debug_mode", "subclass"])
+def test_fallback_for_debug_mode_and_other_allocators(why):
+    """SGLang's allocation (its debug checks; a subclass's own alloc_extend) is kept."""
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+
+    page, topk, steps, lens = FALLBACK_CASE
+    h, rows = build(page, topk, steps, lens)
+    if why == "debug_mode":
+        h.allocator.debug_mode = True
+    else:
+        class Allocator(PagedTokenToKVPoolAllocator):
+            pass
+
+        h.allocator.__class__ = Allocator
+    seen = recording_alloc_extend(h)
+    batch, free, prefix = run_ours(h, rows)
+    assert len(seen) == 1
+    check_step(h, rows, batch, free, prefix)

@@ -9,6 +9,8 @@
   (normal and expand), in one launch; with its torch reference.
 - :mod:`.tree_extension` the paged allocator's ``seq_lens`` and ``last_loc`` for a
   tree-draft extension, in one launch.
+- :mod:`.tree_alloc` the slots the paged allocator would hand out for a tree-draft
+  extension, read from its free pages without allocating, in one launch.
 
 Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
 (``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels).
@@ -17,6 +19,7 @@ Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_page
 from .assign import TreeDraftLayout, assign_tree_draft_slots, pair_capacity
 from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
 from .duplicate import KVBufferTable, duplicate_kv_pairs
+from .tree_alloc import tree_slots_from_free_pages
 from .tree_extension import TreeExtension, tree_extension
 
 __all__ = [
@@ -29,4 +32,5 @@ __all__ = [
     "draft_decode_metadata_reference",
     "TreeExtension",
     "tree_extension",
+    "tree_slots_from_free_pages",
 ]

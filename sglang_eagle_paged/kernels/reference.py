@@ -77,3 +77,22 @@ def tree_extension_ref(req_to_token, req_pool_indices, seq_lens, page_size: int,
         last_loc.append(int(req_to_token[row, prefix - 1]) if prefix > 0 else -1)
     like = dict(dtype=seq_lens.dtype, device=seq_lens.device)
     return TreeExtension(torch.tensor(new_lens, **like), torch.tensor(last_loc, **like))
+
+
+def tree_slots_from_free_pages_ref(req_to_token, req_pool_indices, seq_lens, free_pages, page_size: int,
+                                   topk: int, steps: int) -> torch.Tensor:
+    """Same contract as :func:`..tree_alloc.tree_slots_from_free_pages`, one request at a time:
+    the rest of the prefix's partial page, then whole pages from the free list in order."""
+    out, next_page = [], 0
+    free = free_pages.cpu().long().tolist()
+    ext = extend_lens(seq_lens.cpu().long(), page_size, topk, steps).tolist()
+    for row, prefix, n in zip(req_pool_indices.tolist(), seq_lens.tolist(), ext):
+        last = prefix % page_size
+        head = page_size - last if last else 0
+        if head:
+            last_loc = int(req_to_token[row, prefix - 1])
+            out += range(last_loc + 1, last_loc + 1 + head)
+        for _ in range((n - head) // page_size):
+            out += range(free[next_page] * page_size, (free[next_page] + 1) * page_size)
+            next_page += 1
+    return torch.tensor(out, dtype=torch.int64, device=seq_lens.device)
