@@ -80,6 +80,25 @@ def _self_test_tree_extension(device: str) -> str:
     for name in ("seq_lens", "last_loc"):
         if not torch.equal(getattr(got, name).cpu(), getattr(want, name)):
             return f"tree-extension kernel differs from the reference in {name}"
+    return _self_test_tree_alloc(device)
+
+
+def _self_test_tree_alloc(device: str) -> str:
+    """The draft's slots read from a free list: empty, partial and full last pages."""
+    import torch
+
+    from .kernels.layout import extend_lens
+    from .kernels.reference import tree_slots_from_free_pages_ref
+    from .kernels.tree_alloc import tree_slots_from_free_pages
+
+    r2t = (torch.arange(4 * 96, dtype=torch.int32).view(4, 96) * 5 + 3) % 4096
+    rows, seq_lens = torch.tensor([3, 0, 2, 1]), torch.tensor([0, 1, 31, 64])
+    free = torch.randperm(200, generator=torch.Generator().manual_seed(0)) + 300
+    n = int(extend_lens(seq_lens, 16, 4, 5).sum())
+    want = tree_slots_from_free_pages_ref(r2t, rows, seq_lens, free, 16, 4, 5)
+    got = tree_slots_from_free_pages(r2t.to(device), rows.to(device), seq_lens.to(device), free.to(device), n, 16, 4, 5)
+    if not torch.equal(got.cpu(), want):
+        return "tree-allocation kernel differs from the reference"
     return ""
 
 

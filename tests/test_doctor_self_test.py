@@ -57,3 +57,14 @@ def test_wrong_tree_extension_is_caught(monkeypatch, field):
 
     monkeypatch.setattr(module, "tree_extension", off)
     assert "tree-extension kernel" in doctor._self_test_tree_extension("cpu")
+
+
+def test_wrong_tree_allocation_is_caught(monkeypatch):
+    module = _module("tree_alloc")
+    real = module.tree_slots_from_free_pages
+
+    def shifted(req_to_token, rows, seq_lens, free_pages, *rest):
+        return real(req_to_token, rows, seq_lens, free_pages[1:], *rest)  # one page off
+
+    monkeypatch.setattr(module, "tree_slots_from_free_pages", shifted)
+    assert "tree-allocation kernel" in doctor._self_test_tree_alloc("cpu")
