@@ -6,11 +6,10 @@ Each row's page-1 baseline and built-in counterpart are the runs with the same
 algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 """
 
-import json
 import sys
 
 from sglang_eagle_paged.bench import triton_cache
-from sglang_eagle_paged.bench.e2e import agreement
+from sglang_eagle_paged.bench.e2e import agreement, load_recording
 
 
 def _key(cfg, **over):
@@ -24,7 +23,7 @@ def _tps(rec, key="summary"):
 
 
 def main(path: str) -> None:
-    res = json.load(open(path))
+    res = load_recording(path)
     by_key = {_key(r["config"]): n for n, r in res.items() if not r.get("error")}
     ref = res.get("nospec_p1")
     print("| run | mode | page | topk | backend | acceptance | tok/s (par 16) | vs page 1 | vs SGLang built-in | tok/s (par 1) "

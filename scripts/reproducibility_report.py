@@ -9,11 +9,10 @@ one recording; this is the yardstick for them: a configuration that does not
 reproduce its own outputs across runs cannot be expected to reproduce another's.
 """
 
-import json
 import sys
 from itertools import combinations
 
-from sglang_eagle_paged.bench.e2e import agreement
+from sglang_eagle_paged.bench.e2e import agreement, load_recording
 
 
 def rows(records: list) -> list:
@@ -34,7 +33,7 @@ def rows(records: list) -> list:
 
 
 def main(paths: list) -> None:
-    records = [json.load(open(p)) for p in paths]
+    records = [load_recording(p) for p in paths]
     labels = [f"R{i + 1}" for i in range(len(paths))]
     print("Recordings: " + "; ".join(f"{lab} = `{p}`" for lab, p in zip(labels, paths)) + "\n")
     pair_labels = [f"{a} vs {b}" for a, b in combinations(labels, 2)]

@@ -40,3 +40,16 @@ def test_main_prints_a_markdown_table(tmp_path, capsys):
     mod.main(paths)
     out = capsys.readouterr().out
     assert "| on_p64 | 2.0000 | 2.0000 | 0/1 |" in out
+
+
+def test_gzipped_recordings_read_like_plain_ones(tmp_path):
+    import gzip
+
+    from sglang_eagle_paged.bench.e2e import load_recording
+
+    rec = {"on_p64": _rec({"1/1": "x"})}
+    plain, packed = tmp_path / "e2e.json", tmp_path / "e2e.json.gz"
+    plain.write_text(json.dumps(rec))
+    with gzip.open(packed, "wt") as f:
+        json.dump(rec, f)
+    assert load_recording(plain) == load_recording(packed) == rec

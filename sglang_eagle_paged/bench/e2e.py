@@ -7,6 +7,7 @@ file as they come, so a later failure loses nothing already measured.
 """
 
 import glob
+import gzip
 import json
 import threading
 import time
@@ -476,6 +477,16 @@ def _divergence(ref_text: str, other_text: str, tokens: list | None) -> dict:
                 break
             start += len(text)
     return d
+
+
+def load_recording(path) -> dict:
+    """An ``e2e.json`` as written by :func:`run_configs`, or gzipped (``.gz``): with every
+    configuration's token margins a suite recording is ~10 MB of JSON, ~1 MB compressed, and the
+    committed copies travel with every device call."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)
 
 
 def agreement(reference: dict, other: dict, ref_tokens: dict | None = None) -> dict:

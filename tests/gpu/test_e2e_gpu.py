@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from sglang_eagle_paged.bench import parity  # noqa: E402
-from sglang_eagle_paged.bench.e2e import agreement, explained_by_near_ties, run_configs  # noqa: E402
+from sglang_eagle_paged.bench.e2e import agreement, explained_by_near_ties, load_recording, run_configs  # noqa: E402
 from sglang_eagle_paged.bench.e2e import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
@@ -102,7 +102,7 @@ def _need(*names):
 @pytest.fixture(scope="session")
 def results():
     if REPLAY:
-        recorded = json.loads(Path(REPLAY).read_text())
+        recorded = load_recording(REPLAY)
         return recorded  # a cut-short recording: tests on what it lacks skip one by one
     out = Path(os.environ.get("E2E_OUT", "/tmp/e2e"))
     return run_configs(
