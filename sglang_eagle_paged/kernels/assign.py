@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .layout import pair_capacity
+from .layout import check_tree_config, pair_capacity
 
 PAIR_SENTINEL = -1
 PAIR_SENTINEL_C = tl.constexpr(PAIR_SENTINEL)
@@ -133,9 +133,7 @@ def assign_tree_draft_slots(
     extension lengths of :func:`.layout.extend_lens`. Pass ``out`` to reuse buffers
     (e.g. a persistent workspace); they are overwritten entirely.
     """
-    for name, value in (("page_size", page_size), ("topk", topk), ("steps", steps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_tree_config(page_size=page_size, topk=topk, steps=steps)
     bs = seq_lens.shape[0]
     device = seq_lens.device
     if out is None:

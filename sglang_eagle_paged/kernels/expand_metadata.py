@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .layout import check_tree_config
+
 _RUNTIME_INTS = [
     "cs_stride", "n_lens", "lpl_stride", "lpl_last", "decode_length",
     "pt_stride0", "pt_stride1", "pt_cols", "cl_stride0", "cl_stride1", "num_seqs",
@@ -102,9 +104,7 @@ def _expand_draft_page_table_kernel(
 
 
 def _check(cache_seqlens_int32, page_table, last_page_lens, cache_loc, topk, page_size):
-    for name, value in (("topk", topk), ("page_size", page_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_tree_config(topk=topk, page_size=page_size)
     if cache_seqlens_int32.dim() != 1:
         raise ValueError(f"cache_seqlens_int32 must be 1-D, got shape {tuple(cache_seqlens_int32.shape)}")
     n_src = last_page_lens.numel() * topk

@@ -43,3 +43,11 @@ def pair_capacity(batch_size: int, page_size: int, topk: int) -> int:
     reference design needed to learn the exact copy length.
     """
     return batch_size * max(topk - 1, 0) * max(page_size - 1, 0)
+
+
+def check_tree_config(**values: int) -> None:
+    """Every configuration value (page size, topk, steps) a positive int: the kernels take
+    them as constexprs, so anything else would compile a variant or fail inside Triton."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")

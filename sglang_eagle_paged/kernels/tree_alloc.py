@@ -31,6 +31,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .layout import check_tree_config
+
 BLOCK = 1024     # output slots per loop iteration: page 128, topk 8 takes at most two
 BLOCK_BS = 128   # earlier requests summed per loop iteration
 
@@ -106,9 +108,7 @@ def tree_slots_from_free_pages(req_to_token: torch.Tensor, req_pool_indices: tor
     hold at least ``new_pages(seq_lens).sum()`` pages (the caller checks, on the host).
     Returns an int64 tensor on ``seq_lens``'s device, as ``alloc_extend`` does.
     """
-    for name, value in (("page_size", page_size), ("topk", topk), ("steps", steps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_tree_config(page_size=page_size, topk=topk, steps=steps)
     bs = seq_lens.shape[0]
     if req_pool_indices.shape[0] != bs:
         raise RuntimeError(f"batch mismatch: seq_lens {bs}, req_pool_indices {req_pool_indices.shape[0]}")

@@ -26,6 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .layout import check_tree_config
+
 BLOCK = 256  # requests per program, as in SGLang's get_last_loc: a typical batch is one program
 
 _RUNTIME_INTS = ["sl_stride", "rpi_stride", "rtt_stride0", "rtt_stride1", "bs"]
@@ -68,9 +70,7 @@ class TreeExtension(NamedTuple):
 def tree_extension(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
                    page_size: int, topk: int, steps: int) -> TreeExtension:
     """``seq_lens`` and ``last_loc`` of ``get_last_loc_large_page_size_large_top_k`` (module docstring)."""
-    for name, value in (("page_size", page_size), ("topk", topk), ("steps", steps)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_tree_config(page_size=page_size, topk=topk, steps=steps)
     bs = seq_lens.shape[0]
     if req_pool_indices.shape[0] != bs:
         raise RuntimeError(f"batch mismatch: seq_lens {bs}, req_pool_indices {req_pool_indices.shape[0]}")
