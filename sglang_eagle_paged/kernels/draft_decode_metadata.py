@@ -263,6 +263,7 @@ class DraftStepTable:
 
     table: torch.Tensor  # int64 [n_steps, _FIELDS]
     steps: tuple  # DraftStep per step
+    host: torch.Tensor | None = None  # the table's pinned source, alive while its copy may be in flight
 
     @classmethod
     def from_steps(cls, steps: Sequence[DraftStep]) -> "DraftStepTable | None":
@@ -296,8 +297,13 @@ class DraftStepTable:
                  s.expand_page_table.data_ptr(), *s.expand_page_table.stride(), s.expand_page_table.shape[1],
                  s.strided_indices.data_ptr(), s.strided_indices.stride(0),
                  int(s.decode_length)] for s in steps]
-        table = torch.tensor(rows, dtype=torch.int64, device=first.page_table.device)
-        return cls(table=table, steps=steps)
+        # Built at the first replay of each batch size, i.e. while serving: a pageable
+        # copy would make the host wait for the stream; a pinned one is queued like a launch.
+        device = first.page_table.device
+        host = torch.tensor(rows, dtype=torch.int64)
+        if device.type == "cuda":
+            host = host.pin_memory()
+        return cls(table=host.to(device, non_blocking=True), steps=steps, host=host)
 
 
 @triton.jit
