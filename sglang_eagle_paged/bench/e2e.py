@@ -481,7 +481,7 @@ def _divergence(ref_text: str, other_text: str, tokens: list | None) -> dict:
 
 def load_recording(path) -> dict:
     """An ``e2e.json`` as written by :func:`run_configs`, or gzipped (``.gz``): with every
-    configuration's token margins a suite recording is ~10 MB of JSON, ~1 MB compressed, and the
+    configuration's token margins a suite recording is ~12 MB of JSON, ~2 MB compressed, and the
     committed copies travel with every device call."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open

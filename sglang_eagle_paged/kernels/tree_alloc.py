@@ -4,7 +4,8 @@ The draft's slots live only until the end of ``draft_preprocess_decode``: SGLang
 (and we) back up the allocator, call ``alloc_paged_token_slots_extend`` (tree-cache
 eviction, ``alloc_extend`` with its ``torch.empty``, its Triton kernel and a CPU page
 count) and restore the allocator before the draft forward runs. That is about
-0.5 ms of host dispatch per draft round (H200, page 64, topk 8, steps 5), and SGLang's
+0.5 ms of host dispatch per draft round (Python-stack profile, H200 run 6, 2026-11-30,
+8B-shaped server, page 64, topk 8, steps 5), and SGLang's
 ``alloc_extend_kernel`` takes ``next_power_of_2(bs)`` as a constexpr, so a new
 power-of-two batch size compiles a new variant mid-serving.
 
