@@ -66,17 +66,24 @@ def _self_test(device: str) -> str:
     return _self_test_tree_extension(device) or _self_test_move(device) or _self_test_fa3_metadata(device)
 
 
+def _tree_inputs():
+    """Four requests with empty, partial and full last pages; page 16, topk 4, steps 5."""
+    import torch
+
+    r2t = (torch.arange(4 * 96, dtype=torch.int32).view(4, 96) * 5 + 3) % 4096
+    return r2t, torch.tensor([3, 0, 2, 1]), torch.tensor([0, 1, 31, 64]), (16, 4, 5)
+
+
 def _self_test_tree_extension(device: str) -> str:
-    """The allocator inputs of a tree extension: empty, partial and full last pages."""
+    """The allocator inputs of a tree extension (SGLang's allocation path)."""
     import torch
 
     from .kernels.reference import tree_extension_ref
     from .kernels.tree_extension import tree_extension
 
-    r2t = (torch.arange(4 * 96, dtype=torch.int32).view(4, 96) * 5 + 3) % 4096
-    rows, seq_lens = torch.tensor([3, 0, 2, 1]), torch.tensor([0, 1, 31, 64])
-    want = tree_extension_ref(r2t, rows, seq_lens, 16, 4, 5)
-    got = tree_extension(r2t.to(device), rows.to(device), seq_lens.to(device), 16, 4, 5)
+    r2t, rows, seq_lens, cfg = _tree_inputs()
+    want = tree_extension_ref(r2t, rows, seq_lens, *cfg)
+    got = tree_extension(r2t.to(device), rows.to(device), seq_lens.to(device), *cfg)
     for name in ("seq_lens", "last_loc"):
         if not torch.equal(getattr(got, name).cpu(), getattr(want, name)):
             return f"tree-extension kernel differs from the reference in {name}"
@@ -84,19 +91,18 @@ def _self_test_tree_extension(device: str) -> str:
 
 
 def _self_test_tree_alloc(device: str) -> str:
-    """The draft's slots read from a free list: empty, partial and full last pages."""
+    """The draft's slots read from a free list (the allocator's fast path)."""
     import torch
 
     from .kernels.layout import extend_lens
     from .kernels.reference import tree_slots_from_free_pages_ref
     from .kernels.tree_alloc import tree_slots_from_free_pages
 
-    r2t = (torch.arange(4 * 96, dtype=torch.int32).view(4, 96) * 5 + 3) % 4096
-    rows, seq_lens = torch.tensor([3, 0, 2, 1]), torch.tensor([0, 1, 31, 64])
+    r2t, rows, seq_lens, cfg = _tree_inputs()
     free = torch.randperm(200, generator=torch.Generator().manual_seed(0)) + 300
-    n = int(extend_lens(seq_lens, 16, 4, 5).sum())
-    want = tree_slots_from_free_pages_ref(r2t, rows, seq_lens, free, 16, 4, 5)
-    got = tree_slots_from_free_pages(r2t.to(device), rows.to(device), seq_lens.to(device), free.to(device), n, 16, 4, 5)
+    n = int(extend_lens(seq_lens, *cfg).sum())
+    want = tree_slots_from_free_pages_ref(r2t, rows, seq_lens, free, *cfg)
+    got = tree_slots_from_free_pages(r2t.to(device), rows.to(device), seq_lens.to(device), free.to(device), n, *cfg)
     if not torch.equal(got.cpu(), want):
         return "tree-allocation kernel differs from the reference"
     return ""

@@ -21,8 +21,7 @@ import torch
 
 from . import compat
 from .kernels import assign_tree_draft_slots, tree_extension, tree_slots_from_free_pages
-from .kernels.layout import extend_lens
-from .kernels.tree_alloc import new_pages
+from .kernels.layout import extend_lens, new_pages
 from .kv_copy import move_pairs
 from .mode import Mode
 

@@ -18,10 +18,10 @@ import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.pools import alloc_tree_extension, allocate_prefixes, churn, make_pools  # noqa: E402
-from sglang_eagle_paged.kernels.layout import extend_lens  # noqa: E402
+from sglang_eagle_paged.kernels.layout import extend_lens, new_pages  # noqa: E402
 from sglang_eagle_paged.kernels.reference import tree_slots_from_free_pages_ref  # noqa: E402
 from sglang_eagle_paged.kernels.tree_alloc import (  # noqa: E402
-    BLOCK_BS, _tree_alloc_kernel, new_pages, tree_slots_from_free_pages)
+    BLOCK_BS, _tree_alloc_kernel, tree_slots_from_free_pages)
 
 PAGES = [16, 64, 128]
 LARGE = 1000

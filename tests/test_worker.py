@@ -614,7 +614,7 @@ FALLBACK_CASE = (16, 4, 3, [5, 33, 17, 48, 2, 31])
 
 
 def _exact_need(h, rows):
-    from sglang_eagle_paged.kernels.tree_alloc import new_pages
+    from sglang_eagle_paged.kernels.layout import new_pages
 
     lens = torch.tensor([len(h.requests[r]) for r in rows])
     return int(new_pages(lens, h.page_size, h.topk, h.steps).sum())

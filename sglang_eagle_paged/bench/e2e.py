@@ -502,12 +502,13 @@ def agreement(reference: dict, other: dict, ref_tokens: dict | None = None) -> d
     divergences = [{"prompt": k, **_divergence(reference[k], other[k], (ref_tokens or {}).get(k))}
                    for k in keys if reference[k] != other[k]]
     margins = sorted(d["margin"] for d in divergences if d.get("margin") is not None)
+    near_ties = sum(m <= NEAR_TIE for m in margins)
     return {
         "compared": len(keys), "exact": len(same), "rate": len(same) / len(keys) if keys else None,
         "first_divergence": divergences[0] if divergences else None,
         "divergences": divergences,
-        "near_ties": sum(m <= NEAR_TIE for m in margins),
-        "near_tie_share": (sum(m <= NEAR_TIE for m in margins) / len(margins)) if margins else None,
+        "near_ties": near_ties,
+        "near_tie_share": near_ties / len(margins) if margins else None,
         "margin_median": margins[len(margins) // 2] if margins else None,
         "margin_max": margins[-1] if margins else None,
         "runner_up_taken": sum(bool(d.get("runner_up_taken")) for d in divergences),

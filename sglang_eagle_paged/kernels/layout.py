@@ -30,6 +30,17 @@ def extend_lens(seq_lens: torch.Tensor, page_size: int, topk: int, steps: int) -
     return pages * page_size * topk - seq_lens % page_size
 
 
+def new_pages(seq_lens: torch.Tensor, page_size: int, topk: int, steps: int) -> torch.Tensor:
+    """Pages each request's extension takes from the allocator's free list: every branch's
+    pages but the prefix's own partial page, which branch 0 continues.
+
+    SGLang's ``get_num_new_pages`` for the tree's page-aligned new lengths; on CPU lengths
+    this is what decides, without a sync, whether the free list holds the extension.
+    """
+    partial = (seq_lens % page_size > 0).to(seq_lens.dtype)
+    return num_new_pages_per_branch(seq_lens, page_size, steps) * topk - partial
+
+
 def max_new_pages_per_branch(page_size: int, steps: int) -> int:
     # worst case: last_page_len = page_size - 1
     return (page_size - 1 + steps + page_size - 1) // page_size

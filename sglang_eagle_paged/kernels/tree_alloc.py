@@ -18,7 +18,7 @@ state. Per request ``r`` (``prefix = seq_lens[r]``, ``last = prefix % page``)::
     part 2: free_pages[page_offset[r] + k // page] * page + k % page, for the remaining slots
 
 with ``out`` and ``page_offset`` exclusive prefix sums over the requests before ``r`` of
-``extend_len`` and ``new_pages`` (:func:`new_pages`). The new length is page-aligned,
+``extend_len`` and ``new_pages`` (:func:`.layout.new_pages`). The new length is page-aligned,
 so SGLang's part 3 (a new partial page) never happens.
 
 One program per request, as in :mod:`.assign`: each sums the requests before it in
@@ -88,16 +88,6 @@ def _tree_alloc_kernel(
         page_id = tl.load(free_pages + (page_start + k // page_size) * fp_stride, mask=live & whole, other=0)
         loc = tl.where(whole, page_id.to(tl.int64) * page_size + k % page_size, last_loc + 1 + o)
         tl.store(out + o, loc, mask=live)
-
-
-def new_pages(seq_lens: torch.Tensor, page_size: int, topk: int, steps: int) -> torch.Tensor:
-    """Pages each request's extension takes from the free list (the partial page is its own).
-
-    SGLang's ``get_num_new_pages`` for the tree's page-aligned new lengths; on CPU lengths
-    this is what decides, without a sync, whether the free list holds the extension.
-    """
-    last = seq_lens % page_size
-    return (last + steps + page_size - 1) // page_size * topk - (last > 0).to(seq_lens.dtype)
 
 
 def tree_slots_from_free_pages(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
