@@ -37,8 +37,8 @@ def new_pages(seq_lens: torch.Tensor, page_size: int, topk: int, steps: int) -> 
     SGLang's ``get_num_new_pages`` for the tree's page-aligned new lengths; on CPU lengths
     this is what decides, without a sync, whether the free list holds the extension.
     """
-    partial = (seq_lens % page_size > 0).to(seq_lens.dtype)
-    return num_new_pages_per_branch(seq_lens, page_size, steps) * topk - partial
+    last = seq_lens % page_size  # once: this runs every draft round
+    return (last + steps + page_size - 1) // page_size * topk - (last > 0).to(seq_lens.dtype)
 
 
 def max_new_pages_per_branch(page_size: int, steps: int) -> int:
