@@ -9,7 +9,7 @@ algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 import sys
 
 from sglang_eagle_paged.bench import triton_cache
-from sglang_eagle_paged.bench.e2e import agreement, load_recording
+from sglang_eagle_paged.bench.e2e import load_recording, run_agreement
 
 
 def _key(cfg, **over):
@@ -43,7 +43,7 @@ def main(path: str) -> None:
         off = res.get(by_key.get(_key(cfg, mode="off", cuda_graph=True))) if cfg["algorithm"] and cfg["mode"] == "on" else None
         ratio = lambda other: f"{tps / _tps(other):.2f}x" if other and _tps(other) and other is not rec else "-"  # noqa: E731
         par1 = _tps(rec, "summary_parallel1")
-        agree = agreement(ref["outputs"], rec["outputs"], ref.get("tokens")) if ref and rec is not ref else None
+        agree = run_agreement(ref, rec) if ref and rec is not ref else None
         same = f"{agree['exact']}/{agree['compared']}" if agree else "-"
         ties = (f"{agree['near_tie_share']:.0%} (median gap {agree['margin_median']})"
                 if agree and agree["near_tie_share"] is not None else "-")

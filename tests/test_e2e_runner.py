@@ -330,6 +330,44 @@ def test_agreement_places_divergences_on_reference_tokens():
     assert (a["margin_median"], a["margin_max"]) == (2.5, 2.5)
 
 
+def test_divergence_is_the_first_token_chosen_differently():
+    """Token texts of a multi-byte character decode to U+FFFD one by one, so they do not add up
+    to the output text and characters point at the wrong token (H200 run 7: a 0.0-margin
+    divergence read as a 2.1 one three tokens later). With both runs' tokens the divergence
+    is the first token chosen differently."""
+    ref = {"1/1": "\U0001F50D x 26.1, H"}
+    other = {"1/1": "\U0001F50D x 26.3\n"}
+    glyph = [["\ufffd", 3.0, "a"], ["\ufffd", 3.0, "a"]]  # 2 U+FFFD for 1 character: offsets shift
+    ref_tok = {"1/1": glyph + [[" x", 2.0, " y"], [" 2", 2.1, " 5"], ["6", 3.5, "7"], [".", 4.0, ","],
+                               ["1", 0.0, "3"], [",", 1.0, "."], [" H", 2.0, " A"]]}
+    other_tok = {"1/1": glyph + [[" x", 2.0, " y"], [" 2", 2.1, " 5"], ["6", 3.5, "7"], [".", 4.0, ","],
+                                 ["3", 0.25, "1"], ["\n", 1.0, "."]]}
+    by_chars = e2e.agreement(ref, other, ref_tok)["first_divergence"]
+    assert "margin" not in by_chars  # texts do not add up: no place, so no explanation
+    d = e2e.agreement(ref, other, ref_tok, other_tok)["first_divergence"]
+    assert (d["token"], d["margin"], d["runner_up_taken"]) == (6, 0.0, True)
+    assert e2e.explained_by_near_ties(e2e.run_agreement({"outputs": ref, "tokens": ref_tok},
+                                                        {"outputs": other, "tokens": other_tok}))
+    # a run that stopped early diverges where it stopped, on the reference's token there
+    short = e2e.agreement(ref, {"1/1": "\U0001F50D x"}, ref_tok, {"1/1": glyph + [[" x", 2.0, " y"]]})
+    assert (short["first_divergence"]["token"], short["first_divergence"]["margin"]) == (3, 2.1)
+
+
+@pytest.mark.parametrize("ours_off,theirs_off,ok", [
+    (1, 3, True),    # run 7's on_p64_k4: 1/17 vs 3/18 identical is noise, not worse
+    (0, 0, True),
+    (6, 0, False),   # worse on six prompts where the other matches, better on none: p = 1/64
+    (8, 2, True),    # 6 more than theirs, but p = 0.055 on 10 discordant prompts
+])
+def test_no_worse_agreement_is_a_paired_sign_test(ours_off, theirs_off, ok):
+    ref = {f"{i}/1": "x" for i in range(20)}
+    ours = {**ref, **{f"{i}/1": "y" for i in range(ours_off)}}
+    theirs = {**ref, **{f"{19 - i}/1": "y" for i in range(theirs_off)}}
+    vs = e2e.no_worse_agreement(ref, ours, theirs)
+    assert (vs["worse"], vs["better"], vs["compared"]) == (ours_off, theirs_off, 20)
+    assert vs["ok"] is ok
+
+
 def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     sets = e2e.testbed_sets("fa3")
     core = [c.name for c in sets["core"]]

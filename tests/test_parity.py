@@ -33,3 +33,10 @@ def test_band_is_the_floor_or_the_noise():
     # a real gap outside the band is still caught: 10 questions all 0.3 lower, little spread
     tight = [-0.3 + 0.01 * (i % 2) for i in range(10)]
     assert abs(sum(tight) / len(tight)) > parity.band(2.0, tight, tests=20)
+
+
+def test_sign_test_p_is_the_binomial_upper_tail():
+    assert parity.sign_test_p(0, 0) == 1.0
+    assert parity.sign_test_p(6, 0) == pytest.approx(1 / 64)
+    assert parity.sign_test_p(8, 2) == pytest.approx((45 + 10 + 1) / 1024)
+    assert parity.sign_test_p(1, 3) == pytest.approx(15 / 16)

@@ -464,13 +464,26 @@ def _comparable(reference: dict, other: dict) -> list:
     return keys
 
 
-def _divergence(ref_text: str, other_text: str, tokens: list | None) -> dict:
+def _divergence(ref_text: str, other_text: str, ref_tokens: list | None, other_tokens: list | None) -> dict:
     i = next((j for j in range(min(len(ref_text), len(other_text))) if ref_text[j] != other_text[j]),
              min(len(ref_text), len(other_text)))
     d = {"char": i, "reference": ref_text[max(0, i - 20):i + 40], "other": other_text[max(0, i - 20):i + 40]}
-    if tokens:
+    if ref_tokens and other_tokens:
+        # The first token the two runs chose differently, after the same tokens: the one decision
+        # that diverged. (Characters cannot find it: a token that decodes to part of a multi-byte
+        # character reads as U+FFFD, so token texts do not add up to the output text; H200 run 7
+        # put a 0.0-margin divergence three tokens later, on a 2.1 margin, that way.)
+        n = next((n for n, (r, o) in enumerate(zip(ref_tokens, other_tokens)) if r[0] != o[0]),
+                 min(len(ref_tokens), len(other_tokens)))  # or where one run stopped
+        if n < len(ref_tokens):
+            _, margin, runner_up = ref_tokens[n]
+            taken = n < len(other_tokens) and bool(runner_up) and other_tokens[n][0] == runner_up
+            d.update(token=n, margin=margin, runner_up_taken=taken)
+        return d
+    if ref_tokens and "".join(t[0] for t in ref_tokens) == ref_text:
+        # Only the reference's tokens: placed by characters, where they add up to its text.
         start = 0
-        for n, (text, margin, runner_up) in enumerate(tokens):
+        for n, (text, margin, runner_up) in enumerate(ref_tokens):
             if start + len(text) > i:
                 d.update(token=n, margin=margin,
                          runner_up_taken=bool(runner_up) and other_text[start:].startswith(runner_up))
@@ -489,17 +502,20 @@ def load_recording(path) -> dict:
         return json.load(f)
 
 
-def agreement(reference: dict, other: dict, ref_tokens: dict | None = None) -> dict:
+def agreement(reference: dict, other: dict, ref_tokens: dict | None = None, other_tokens: dict | None = None) -> dict:
     """Exact-match rate of greedy outputs on the same prompts, and where they diverge.
 
-    With ``ref_tokens`` (the reference run's per-token top-2 margins) every
-    divergence is located on a token of the reference and its margin reported:
-    a divergence on a near-tie is explained by numerics, one on a clear
-    winner is not.
+    With ``ref_tokens`` (the reference run's per-token top-2 margins) every divergence
+    is located on a token of the reference and its margin reported: a divergence on a
+    near-tie is explained by numerics, one on a clear winner is not. With ``other_tokens``
+    too, the divergence is the first token the runs chose differently; without them, a
+    divergence whose place the reference's tokens cannot give has no margin, and so is
+    not counted as explained.
     """
     keys = _comparable(reference, other)
     same = [k for k in keys if reference[k] == other[k]]
-    divergences = [{"prompt": k, **_divergence(reference[k], other[k], (ref_tokens or {}).get(k))}
+    divergences = [{"prompt": k, **_divergence(reference[k], other[k], (ref_tokens or {}).get(k),
+                                               (other_tokens or {}).get(k))}
                    for k in keys if reference[k] != other[k]]
     margins = sorted(d["margin"] for d in divergences if d.get("margin") is not None)
     near_ties = sum(m <= NEAR_TIE for m in margins)
@@ -513,6 +529,25 @@ def agreement(reference: dict, other: dict, ref_tokens: dict | None = None) -> d
         "margin_max": margins[-1] if margins else None,
         "runner_up_taken": sum(bool(d.get("runner_up_taken")) for d in divergences),
     }
+
+
+def run_agreement(reference_run: dict, run: dict) -> dict:
+    """:func:`agreement` of two recorded runs (``run_configs`` records), with their margins."""
+    return agreement(reference_run["outputs"], run["outputs"], reference_run.get("tokens"), run.get("tokens"))
+
+
+def no_worse_agreement(reference: dict, ours: dict, theirs: dict, alpha: float = 0.05) -> dict:
+    """Whether ``ours`` agrees with ``reference`` (outputs by prompt) no less often than ``theirs``,
+    beyond chance: per prompt both compare, ours diverging where theirs matches is one
+    "worse", the opposite one "better"; a one-sided sign test on those pairs fails only at
+    p < ``alpha``. (A fixed margin on two rates is noise at 16 questions: one prompt is 6%, and
+    SGLang's fast servers differ from their own earlier run on a fifth of their outputs.)
+    """
+    keys = set(_comparable(reference, ours)) & set(_comparable(reference, theirs))
+    worse = sum(reference[k] != ours[k] and reference[k] == theirs[k] for k in keys)
+    better = sum(reference[k] == ours[k] and reference[k] != theirs[k] for k in keys)
+    p = parity.sign_test_p(worse, better)
+    return {"compared": len(keys), "worse": worse, "better": better, "p": p, "ok": p >= alpha}
 
 
 def explained_by_near_ties(agree: dict, min_rate: float = IDENTICAL_RATE) -> bool:

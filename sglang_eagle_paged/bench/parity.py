@@ -10,6 +10,7 @@ in twenty by chance.
 
 from __future__ import annotations
 
+import math
 from statistics import NormalDist
 from typing import Mapping, Sequence
 
@@ -60,3 +61,10 @@ def band(reference: float, diffs: Sequence[float] | None, *, tests: int, tol: fl
     """The allowed gap: ``tol`` of ``reference``, or the paired noise where that is larger."""
     noise = z_for(family_alpha, tests, two_sided) * std_error(diffs) if diffs else 0.0
     return max(tol * reference, noise)
+
+
+def sign_test_p(worse: int, better: int) -> float:
+    """One-sided sign test: the chance of ``worse`` or more of ``worse + better`` paired
+    differences going one way when either way is equally likely."""
+    n = worse + better
+    return sum(math.comb(n, k) for k in range(worse, n + 1)) / 2 ** n
