@@ -214,8 +214,8 @@ def run(args) -> int:
             err = _self_test(device)
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
-        ok &= _line(not err, label, err or "assignment, duplication, post-verify move and FA3 metadata match "
-                                          "their torch references")
+        ok &= _line(not err, label, err or "tree extension, free-list slots, assignment, duplication, "
+                                          "post-verify move and FA3 metadata match their torch references")
     print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
     return 0 if ok else 1
 

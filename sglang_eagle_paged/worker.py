@@ -32,6 +32,29 @@ def handles(worker) -> bool:
     return worker.page_size > 1 and worker.topk > 1
 
 
+def _free_list_refusal(allocator, prefix_lens_cpu, page: int, topk: int, steps: int) -> str | None:
+    """Why the draft's slots cannot be read from the free list this round, or None if they can."""
+    if type(allocator) is not compat.paged_allocator_class():
+        return f"allocator {type(allocator).__name__} is not SGLang's paged allocator"
+    if allocator.debug_mode:
+        return "the allocator's debug mode is on"
+    if int(new_pages(prefix_lens_cpu, page, topk, steps).sum()) > len(allocator.free_pages):
+        return "the free list is short of the extension"
+    return None
+
+
+_reported_fallbacks: set = set()
+
+
+def _report_fallback(reason: str) -> None:
+    # Once per reason and process: which path serves a deployment should be visible in its
+    # log (the fast path is silent), without a line per draft round.
+    if reason not in _reported_fallbacks:
+        _reported_fallbacks.add(reason)
+        logger.info("[sglang-eagle-paged] draft slots allocated by SGLang (%s); not logged again for this reason",
+                    reason)
+
+
 def _allocate_tree_extension(worker, batch):
     """Every branch's slots, and the allocator state to restore after the step (or None).
 
@@ -53,13 +76,14 @@ def _allocate_tree_extension(worker, batch):
     # prefix is thrown away for slots that are given back anyway. (For the same reason,
     # where need_sort would have SGLang merge and sort the release pages first, these
     # slots differ from SGLang's but are just as free.)
-    if (type(allocator) is compat.paged_allocator_class() and not allocator.debug_mode
-            and int(new_pages(prefix_lens_cpu, page, topk, steps).sum()) <= len(allocator.free_pages)):
+    refusal = _free_list_refusal(allocator, prefix_lens_cpu, page, topk, steps)
+    if refusal is None:
         slots = tree_slots_from_free_pages(
             batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
             allocator.free_pages, num_slots, page, topk, steps,
         )
         return slots, None
+    _report_fallback(refusal)
     # SGLang's get_last_loc_large_page_size_large_top_k computes these with ~10 host
     # dispatches per draft round; one launch gives the allocator the same tensors.
     seq_lens, last_loc = tree_extension(

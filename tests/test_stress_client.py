@@ -293,6 +293,9 @@ def test_scan_log():
     clean = stress.scan_log("[x] [sglang-eagle-paged] SGLANG_EAGLE_PAGED=off: stock SGLang 0.5.12.post1\n")
     assert clean["retract"] == clean["leak"] == 0 and clean["plugin_active"] == {}
     assert clean["plugin_other"]
+    short = stress.scan_log("[x TP0] [sglang-eagle-paged] draft slots allocated by SGLang (the free list is short of "
+                            "the extension); not logged again for this reason\n")
+    assert short["plugin_other"] and short["traceback"] == 0
 
 
 # SGLang 0.5.12's HTTP start-up without the optional openai_harmony package (run 4, every server).

@@ -11,6 +11,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import logging  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -642,7 +643,7 @@ def _evicting_tree_cache(h, held):
 
 
 @pytest.mark.parametrize("path", ["fast", "fallback"])
-def test_exact_need_decides_not_sglangs_over_estimate(path):
+def test_exact_need_decides_not_sglangs_over_estimate(path, monkeypatch, caplog):
     """Free pages exactly the need: the fast path, without the eviction SGLang's over-estimate
     (one more page per request) asks for. One page fewer: SGLang's path, which evicts."""
     page, topk, steps, lens = FALLBACK_CASE
@@ -653,8 +654,14 @@ def test_exact_need_decides_not_sglangs_over_estimate(path):
     restores = []
     real_restore = h.allocator.restore_state
     h.allocator.restore_state = lambda state: (restores.append(state), real_restore(state))
-    batch, free, prefix = run_ours(h, rows)
+    from sglang_eagle_paged import worker
+
+    monkeypatch.setattr(worker, "_reported_fallbacks", set())
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        batch, free, prefix = run_ours(h, rows)
     check_step(h, rows, batch, free + (page if path == "fallback" else 0), prefix)
+    said = [r.getMessage() for r in caplog.records if "allocated by SGLang" in r.getMessage()]
+    assert len(said) == (0 if path == "fast" else 1) and all("free list is short" in m for m in said)
     if path == "fast":
         assert evictions == [] and restores == []
     else:
@@ -676,7 +683,7 @@ def test_too_few_free_pages_raises_sglangs_error():
 
 
 @pytest.mark.parametrize("why", ["debug_mode", "subclass"])
-def test_fallback_for_debug_mode_and_other_allocators(why):
+def test_fallback_for_debug_mode_and_other_allocators(why, monkeypatch, caplog):
     """SGLang's allocation (its debug checks; a subclass's own alloc_extend) is kept."""
     from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
 
@@ -690,6 +697,20 @@ def test_fallback_for_debug_mode_and_other_allocators(why):
 
         h.allocator.__class__ = Allocator
     seen = recording_alloc_extend(h)
-    batch, free, prefix = run_ours(h, rows)
-    assert len(seen) == 1
+    from sglang_eagle_paged import worker
+
+    monkeypatch.setattr(worker, "_reported_fallbacks", set())
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        batch, free, prefix = run_ours(h, rows)
+        _allocate_tree_extension_and_restore(h, rows)  # a second round: not logged again
+    assert len(seen) == 2
     check_step(h, rows, batch, free, prefix)
+    said = [r.getMessage() for r in caplog.records if "allocated by SGLang" in r.getMessage()]
+    assert len(said) == 1 and ("debug mode" if why == "debug_mode" else "Allocator is not") in said[0]
+
+
+def _allocate_tree_extension_and_restore(h, rows):
+    from sglang_eagle_paged.worker import _allocate_tree_extension
+
+    _, state = _allocate_tree_extension(h.worker, h.batch(rows))
+    h.allocator.restore_state(state)

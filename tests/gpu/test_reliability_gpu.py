@@ -308,6 +308,8 @@ def _clean_log(rec):
     scan = rec["log_scan"]
     if scan.get("optional_endpoint"):  # SGLang's optional OpenAI endpoints that did not start (stress.logs)
         print(f"{rec['config']['name']}: optional endpoints not started: {scan['examples']['optional_endpoint']}")
+    if scan.get("plugin_other"):  # e.g. rounds whose draft slots SGLang allocated (a short free list)
+        print(f"{rec['config']['name']}: plugin lines {scan['plugin_other']}")
     assert scan["leak"] == 0 and scan["traceback"] == 0 and scan["cuda_error"] == 0, scan["examples"]
 
 
