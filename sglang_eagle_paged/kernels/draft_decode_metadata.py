@@ -79,28 +79,19 @@ _POINTERS = ["seq_lens", "req_pool_indices", "req_to_token", "strided_indices", 
              "page_table", "exp_cache_seqlens", "exp_page_table", "cache_loc"]
 
 
-@triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
-def _draft_decode_metadata_kernel(
-    seq_lens, sl_stride,                        # [bs]
-    req_pool_indices, rpi_stride,               # [bs]
-    req_to_token, rtt_stride0, rtt_stride1,     # [pool, max_context_len]
-    strided_indices, si_stride,                 # [>= n_cols]
-    cache_seqlens, cs_stride,                   # normal [bs] (written)
-    page_table, pt_stride0, pt_stride1, n_cols,  # normal [bs, >= n_cols] (written)
-    exp_cache_seqlens, ecs_stride,              # expand [bs * topk] (written)
-    exp_page_table, ept_stride0, ept_stride1, ept_cols,  # expand [>= num_seqs, ept_cols] (written)
-    cache_loc, cl_stride0, cl_stride1, num_seqs,  # [num_seqs, STEPS]
-    bs,
-    decode_length,
-    topk: tl.constexpr,
-    page_size: tl.constexpr,
-    STEPS: tl.constexpr,
-    STEPS_POW2: tl.constexpr,
+@triton.jit
+def _write_step(
+    row, blk,
+    seq_lens, sl_stride, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+    n_cols, cache_loc, cl_stride0, cl_stride1, num_seqs, bs,
+    # one step's outputs, its strided_indices and decode_length
+    cache_seqlens, cs_stride, page_table, pt_stride0, pt_stride1,
+    exp_cache_seqlens, ecs_stride, exp_page_table, ept_stride0, ept_stride1, ept_cols,
+    strided_indices, si_stride, decode_length,
+    topk: tl.constexpr, page_size: tl.constexpr, STEPS: tl.constexpr, STEPS_POW2: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    blk = tl.program_id(1)
-
+    """Program (row, blk)'s cells of one step's metadata: the body of both kernels below."""
     if blk == 0:
         if row < bs * topk:
             seq = tl.load(seq_lens + (row // topk) * sl_stride)
@@ -122,6 +113,34 @@ def _draft_decode_metadata_kernel(
         slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
         tl.store(page_table + row * pt_stride0 + cols * pt_stride1,
                  _floor_div(slot, page_size).to(tl.int32), mask=live)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
+def _draft_decode_metadata_kernel(
+    seq_lens, sl_stride,                        # [bs]
+    req_pool_indices, rpi_stride,               # [bs]
+    req_to_token, rtt_stride0, rtt_stride1,     # [pool, max_context_len]
+    strided_indices, si_stride,                 # [>= n_cols]
+    cache_seqlens, cs_stride,                   # normal [bs] (written)
+    page_table, pt_stride0, pt_stride1, n_cols,  # normal [bs, >= n_cols] (written)
+    exp_cache_seqlens, ecs_stride,              # expand [bs * topk] (written)
+    exp_page_table, ept_stride0, ept_stride1, ept_cols,  # expand [>= num_seqs, ept_cols] (written)
+    cache_loc, cl_stride0, cl_stride1, num_seqs,  # [num_seqs, STEPS]
+    bs,
+    decode_length,
+    topk: tl.constexpr,
+    page_size: tl.constexpr,
+    STEPS: tl.constexpr,
+    STEPS_POW2: tl.constexpr,
+    BLOCK_COLS: tl.constexpr,
+):
+    _write_step(tl.program_id(0).to(tl.int64), tl.program_id(1),
+                seq_lens, sl_stride, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+                n_cols, cache_loc, cl_stride0, cl_stride1, num_seqs, bs,
+                cache_seqlens, cs_stride, page_table, pt_stride0, pt_stride1,
+                exp_cache_seqlens, ecs_stride, exp_page_table, ept_stride0, ept_stride1, ept_cols,
+                strided_indices, si_stride, decode_length,
+                topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS)
 
 
 def _normal_cols(page_table, strided_indices, max_seq_pages):
@@ -337,41 +356,19 @@ def _draft_decode_metadata_all_steps_kernel(
 ):
     row = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
-
-    if blk == 0:
-        if row < bs * topk:
-            seq = tl.load(seq_lens + (row // topk) * sl_stride)
-            last_page_len = seq - _floor_div(seq, page_size) * page_size  # torch's % (floor)
-            for s in tl.static_range(N_STEPS):
-                step = steps + s * FIELDS
-                tl.store(_int32_ptr(step, _ECS) + row * tl.load(step + _ECS_STRIDE),
-                         last_page_len + tl.load(step + _DECODE_LENGTH))
-        if row < num_seqs:
-            for s in tl.static_range(N_STEPS):
-                step = steps + s * FIELDS
-                _store_distinct_pages(_int32_ptr(step, _EPT), tl.load(step + _EPT_STRIDE0),
-                                      tl.load(step + _EPT_STRIDE1), tl.load(step + _EPT_COLS),
-                                      cache_loc, cl_stride0, cl_stride1, row,
-                                      page_size, STEPS, STEPS_POW2)
-        if row < bs:
-            seq = tl.load(seq_lens + row * sl_stride)
-            for s in tl.static_range(N_STEPS):
-                step = steps + s * FIELDS
-                tl.store(_int32_ptr(step, _CS) + row * tl.load(step + _CS_STRIDE),
-                         _floor_div(seq, page_size) * page_size)
-
-    if row < bs:
-        cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        live = cols < n_cols
-        req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
-        for s in tl.static_range(N_STEPS):
-            step = steps + s * FIELDS
-            strided_indices = tl.load(step + _SI).to(tl.pointer_type(tl.int64))
-            tok = tl.load(strided_indices + cols * tl.load(step + _SI_STRIDE), mask=live, other=0).to(tl.int64)
-            slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
-            page_table = _int32_ptr(step, _PT)
-            tl.store(page_table + row * tl.load(step + _PT_STRIDE0) + cols * tl.load(step + _PT_STRIDE1),
-                     _floor_div(slot, page_size).to(tl.int32), mask=live)
+    for s in tl.static_range(N_STEPS):
+        step = steps + s * FIELDS
+        _write_step(row, blk,
+                    seq_lens, sl_stride, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+                    n_cols, cache_loc, cl_stride0, cl_stride1, num_seqs, bs,
+                    _int32_ptr(step, _CS), tl.load(step + _CS_STRIDE),
+                    _int32_ptr(step, _PT), tl.load(step + _PT_STRIDE0), tl.load(step + _PT_STRIDE1),
+                    _int32_ptr(step, _ECS), tl.load(step + _ECS_STRIDE),
+                    _int32_ptr(step, _EPT), tl.load(step + _EPT_STRIDE0), tl.load(step + _EPT_STRIDE1),
+                    tl.load(step + _EPT_COLS),
+                    tl.load(step + _SI).to(tl.pointer_type(tl.int64)), tl.load(step + _SI_STRIDE),
+                    tl.load(step + _DECODE_LENGTH),
+                    topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS)
 
 
 def draft_decode_metadata_all_steps(
