@@ -154,6 +154,20 @@ def _self_test_fa3_metadata(device: str) -> str:
                           loc.to(device), 2, topk, page)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(got, want)):
         return "FA3 draft metadata kernel differs from the reference"
+
+    # every step in one launch (the default replay path), steps 1 and 2 as SGLang's backends hold them
+    from .kernels.draft_decode_metadata import DraftStep, DraftStepTable, draft_decode_metadata_all_steps
+
+    wants, gots = [], []
+    for decode_length in (1, 2):
+        wants.append(tables())
+        draft_decode_metadata_reference(*wants[-1], seq_lens, rows, r2t, strided, max_pages, loc, decode_length,
+                                        topk, page)
+        gots.append(DraftStep(*(t.to(device) for t in tables()), strided.to(device), decode_length))
+    draft_decode_metadata_all_steps(DraftStepTable.from_steps(gots), seq_lens.to(device), rows.to(device),
+                                    r2t.to(device), max_pages, loc.to(device), topk, page)
+    if not all(torch.equal(a.cpu(), b) for got, want in zip(gots, wants) for a, b in zip(got[:4], want)):
+        return "FA3 all-steps draft metadata kernel differs from the reference"
     return ""
 
 
