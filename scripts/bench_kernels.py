@@ -322,11 +322,26 @@ def bench_assign(bs_list, page, topk, steps, gen):
     return rows
 
 
+def preprocess_case(bs, page, topk, steps):
+    """A harness holding bs requests of random prefix lengths, its worker, and one batch of them."""
+    from sglang_eagle_paged.harness import PagedTreeHarness
+
+    h = PagedTreeHarness(page, topk, steps, num_tokens=max(1 << 16, bs * 4096 * 2), head_num=8, head_dim=128,
+                         max_reqs=bs + 1, max_context_len=8192, device=DEV, kv_copy=True)
+    g = torch.Generator().manual_seed(bs * 7 + page)
+    rowids = [h.add_request(int(n)) for n in torch.randint(16, 3000, (bs,), generator=g)]
+    worker = h.worker
+    worker.extend_lens = torch.empty((), dtype=torch.int64, device=DEV)
+    worker.num_new_pages_per_topk = torch.empty((), dtype=torch.int64, device=DEV)
+    # One batch, built outside the timed calls: its host-to-device copies are the
+    # scheduler's cost, not the step's, and would count as syncs.
+    return h, worker, h.batch(rowids)
+
+
 def bench_preprocess(shapes, steps, gen):
     """Ours vs SGLang's _draft_preprocess_decode on the same real pools and batch."""
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
 
-    from sglang_eagle_paged.harness import PagedTreeHarness
     from sglang_eagle_paged.mode import Mode
     from sglang_eagle_paged.worker import draft_preprocess_decode
 
@@ -334,16 +349,7 @@ def bench_preprocess(shapes, steps, gen):
     stock = getattr(stock, "__wrapped__", stock)
     rows = []
     for bs, page, topk in shapes:
-        h = PagedTreeHarness(page, topk, steps, num_tokens=max(1 << 16, bs * 4096 * 2), head_num=8, head_dim=128,
-                             max_reqs=bs + 1, max_context_len=8192, device=DEV, kv_copy=True)
-        g = torch.Generator().manual_seed(bs * 7 + page)
-        rowids = [h.add_request(int(n)) for n in torch.randint(16, 3000, (bs,), generator=g)]
-        worker = h.worker
-        worker.extend_lens = torch.empty((), dtype=torch.int64, device=DEV)
-        worker.num_new_pages_per_topk = torch.empty((), dtype=torch.int64, device=DEV)
-        # One batch, built outside the timed calls: its host-to-device copies are the
-        # scheduler's cost, not the step's, and would count as syncs.
-        batch = h.batch(rowids)
+        h, worker, batch = preprocess_case(bs, page, topk, steps)
         ours = lambda: draft_preprocess_decode(worker, batch, Mode.ON)
         theirs = lambda: stock(worker, batch)
         row = dict(bs=bs, page=page, topk=topk, steps=steps)
