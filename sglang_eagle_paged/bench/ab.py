@@ -1,0 +1,293 @@
+"""Paired A/B throughput: two configurations on one GPU, measured in turn, with a confidence interval.
+
+The sweep (:mod:`.e2e`) measures each configuration once, lanes of GPUs side by side. Its
+page-N / page-1 ratios move by 5-20% from run to run (H200 runs 3-8): the two servers of a
+ratio sit on different GPUs, their measuring windows overlap other lanes' host-bound
+servers, and one pass of a fast model lasts seconds. Whether page N is at least as fast as
+page 1 cannot be read from one such ratio.
+
+Here both servers of a pair live on the same GPU for the whole measurement (half the memory
+each; the idle one sleeps on its socket). Passes alternate in ABBA order, round after
+round, so a drift of the machine over time loads both sides alike. The ratio B/A is taken
+per round (the two passes of a round are adjacent), and its geometric mean comes with a
+95% t-interval over rounds. A verdict says "B >= A" only when the whole interval is at or
+above 1.
+
+  python -m sglang_eagle_paged.bench.ab --set large --pairs on_p1:on_p64,on_p1:on_p128 \\
+      --target T --draft D --load-format dummy --ignore-eos --rounds 3 --questions 48 --gpus 2 --out DIR
+"""
+
+import json
+import math
+import threading
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from .e2e import large_set, launch, server_args, testbed_sets, warmup_mixes, _warmup_questions
+from .mtbench import load_questions, run_benchmark
+from .server import stop_all
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
+
+
+def t95(df: int) -> float:
+    if df < 1:
+        return math.inf
+    if df <= len(_T95):
+        return _T95[df - 1]
+    return 2.042 if df <= 30 else 1.96
+
+
+def pass_order(rounds: int) -> list:
+    """(round, side) in ABBA order: A B, B A, A B, ... ."""
+    return [(r, side) for r in range(rounds) for side in (("A", "B") if r % 2 == 0 else ("B", "A"))]
+
+
+def ratio_stats(a: list, b: list) -> dict:
+    """B/A per round, their geometric mean and its 95% t-interval over rounds, and a verdict."""
+    ratios = [y / x for x, y in zip(a, b) if x and y]
+    out = {"rounds": len(ratios), "ratios": [round(r, 4) for r in ratios]}
+    if not ratios:
+        return {**out, "ratio": None, "low": None, "high": None, "verdict": "not measured"}
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / len(logs)
+    if len(logs) > 1:
+        sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
+        half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
+    else:
+        half = math.inf  # one round says nothing about the noise
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    verdict = "B >= A" if low >= 1 else "B < A" if high < 1 else "level within the noise"
+    return {**out, "ratio": round(math.exp(mean), 4), "low": round(low, 4),
+            "high": round(high, 4) if math.isfinite(high) else None, "verdict": verdict}
+
+
+def _pass_record(bench: dict, side: str, rnd: int, parallel: int) -> dict:
+    s = bench["summary"]
+    return {"round": rnd, "side": side, "parallel": parallel, "output_throughput": s.get("output_throughput"),
+            "acceptance_length": s.get("acceptance_length"), "wall_s": s.get("wall_s"),
+            "errors": s.get("num_errors", 0)}
+
+
+def summarize_pair(passes: list) -> dict:
+    """Per parallelism: each side's throughput and acceptance, and :func:`ratio_stats` of B over A."""
+    out = {}
+    for par in sorted({p["parallel"] for p in passes}, reverse=True):
+        by = {(p["round"], p["side"]): p for p in passes if p["parallel"] == par}
+        rounds = sorted({r for r, _ in by if (r, "A") in by and (r, "B") in by})
+        a = [by[r, "A"]["output_throughput"] for r in rounds]
+        b = [by[r, "B"]["output_throughput"] for r in rounds]
+        mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+        acc = lambda side: mean([by[r, side]["acceptance_length"] for r in rounds  # noqa: E731
+                                 if by[r, side]["acceptance_length"] is not None])
+        out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
+                         "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b)}
+    return out
+
+
+def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
+                  parallel1_questions: int, rounds: int, bench_kw: dict, save) -> None:
+    for side in ("A", "B"):
+        for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
+            run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
+    levels = [(parallel, questions)] + ([(1, questions[:parallel1_questions])] if parallel1_questions else [])
+    for rnd, side in pass_order(rounds):
+        for par, qs in levels:
+            bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
+            pair["passes"].append(_pass_record(bench, side, rnd, par))
+            pair["summary"] = summarize_pair(pair["passes"])
+            save()
+
+
+def _run_wave(lanes: list, save, **measure_kw) -> None:
+    """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
+    server fails to start, or whose measuring raises, records why and the others go on."""
+    everything = [srv for _, servers in lanes for srv in servers.values()]
+    try:
+        t0 = time.time()
+        for _, servers in lanes:
+            for srv in servers.values():
+                srv.start()
+        for pair, servers in lanes:
+            try:
+                for srv in servers.values():
+                    srv.wait_ready()
+                pair["startup_s"] = round(time.time() - t0, 1)
+            except Exception as exc:
+                pair["error"] = f"start: {type(exc).__name__}: {exc}"[:2000]
+                for srv in servers.values():
+                    srv.stop()
+
+        def lane(pair, servers):
+            try:
+                _measure_pair(pair, servers, save=save, **measure_kw)
+            except Exception as exc:  # keep the other lanes going; the record says why
+                pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+
+        threads = [threading.Thread(target=lane, args=lp, name=f"ab-gpu{lp[0]['gpu']}")
+                   for lp in lanes if not lp[0].get("error")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():  # short joins: a SIGINT (a time limit) is handled in this thread
+                t.join(timeout=0.2)
+    finally:
+        stop_all(everything)
+        save()
+
+
+def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, num_questions: int = 80,
+              parallel: int = 16, parallel1_questions: int = 0, max_new_tokens: int = 256,
+              ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
+              mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
+              question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=()) -> dict:
+    """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
+
+    Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
+    Results go to ``out_dir/ab.json`` after every pass.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    all_questions = load_questions(question_file, None)
+    questions = all_questions[:num_questions]
+    warmup_questions = _warmup_questions(all_questions, warmup)
+    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
+    results = {"rounds": rounds, "parallel": parallel, "parallel1_questions": parallel1_questions,
+               "num_questions": len(questions), "max_new_tokens": max_new_tokens, "pairs": {}}
+    lock = threading.Lock()
+
+    def save():
+        with lock:
+            (out / "ab.json").write_text(json.dumps(results, indent=1))
+
+    for w in range(0, len(pairs), max(1, gpus)):
+        lanes = []  # (pair record, {"A": server, "B": server}), one per GPU
+        for gpu, (i, (a, b)) in enumerate(enumerate(pairs[w:w + max(1, gpus)], start=w)):
+            pair = results["pairs"][f"{a.name}:{b.name}#{i}"] = {"A": asdict(a), "B": asdict(b), "gpu": gpu,
+                                                                  "passes": []}
+            servers = {}
+            for side, cfg in (("A", a), ("B", b)):
+                port = 30000 + 20 * (2 * i + (side == "B"))
+                args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+                args += ["--base-gpu-id", str(gpu)]
+                # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
+                servers[side], _, _ = launch(replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port,
+                                             log_dir=str(out / "logs"), startup_timeout=startup_timeout,
+                                             shared_gpu=True, triton_seeds=triton_seeds)
+            lanes.append((pair, servers))
+        _run_wave(lanes, save, questions=questions, warmup_questions=warmup_questions, parallel=parallel,
+                  parallel1_questions=parallel1_questions, rounds=rounds, bench_kw=bench_kw)
+    return results
+
+
+def markdown(results: dict) -> str:
+    lines = [f"{results['rounds']} rounds (ABBA), {results['num_questions']} questions at parallel "
+             f"{results['parallel']}" + (f", {results['parallel1_questions']} at parallel 1"
+                                        if results["parallel1_questions"] else "")
+             + f", {results['max_new_tokens']} tokens; ratio = geometric mean of B/A per round, 95% t-interval",
+             "", "| A | B | parallel | A tok/s | B tok/s | B/A | 95% interval | verdict | acceptance A / B | rounds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
+    for key, pair in results["pairs"].items():
+        for par, s in (pair.get("summary") or {}).items():
+            lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | {fmt(s['tps_A'])} | "
+                         f"{fmt(s['tps_B'])} | {fmt(s['ratio'], '{:.3f}x')} | "
+                         f"{fmt(s['low'], '{:.3f}')}-{fmt(s['high'], '{:.3f}')} | {s['verdict']} | "
+                         f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} |")
+        if pair.get("error"):
+            lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} |||||||")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: str) -> str | None:
+    """Throughput of every pass, per pair and parallelism, A and B in pass order; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    panels = [(key, par) for key, pair in results["pairs"].items() for par in (pair.get("summary") or {})]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), squeeze=False)
+    for ax, (key, par) in zip(axes[0], panels):
+        passes = [p for p in results["pairs"][key]["passes"] if str(p["parallel"]) == par]
+        for side, marker in (("A", "o"), ("B", "s")):
+            pts = [(n, p["output_throughput"]) for n, p in enumerate(passes) if p["side"] == side]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker, label=results["pairs"][key][side]["name"])
+        ax.set_title(f"{key}, parallel {par}", fontsize=9)
+        ax.set_xlabel("pass")
+        ax.set_ylabel("output tok/s")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _parse_pairs(spec: str, configs: list) -> list:
+    by_name = {c.name: c for c in configs}
+    pairs = []
+    for item in spec.split(","):
+        a, _, b = item.partition(":")
+        missing = [n for n in (a, b) if n not in by_name]
+        if missing:
+            raise SystemExit(f"unknown configuration(s) {missing}; the set has {sorted(by_name)}")
+        pairs.append((by_name[a], by_name[b]))
+    return pairs
+
+
+def main(argv=None) -> int:
+    import argparse
+    import glob
+
+    p = argparse.ArgumentParser(description="Paired A/B throughput of two configurations on one GPU, in turn.")
+    p.add_argument("--set", choices=["core", "extended", "large"], default="large")
+    p.add_argument("--pairs", default="on_p1:on_p64", help="comma-separated A:B configuration names of the set")
+    p.add_argument("--backend", default="fa3")
+    p.add_argument("--target", required=True)
+    p.add_argument("--draft", required=True)
+    p.add_argument("--load-format", help="e.g. dummy (random weights)")
+    p.add_argument("--out", required=True, help="directory: ab.json, ab.md, ab.png, logs/")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--questions", type=int, default=80)
+    p.add_argument("--parallel", type=int, default=16)
+    p.add_argument("--parallel1-questions", type=int, default=0, help="each round also measures parallel 1 on this many")
+    p.add_argument("--max-new", type=int, default=256)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--mem-fraction", type=float, default=0.4, help="per server: two share a GPU")
+    p.add_argument("--max-total-tokens", type=int, default=131072)
+    p.add_argument("--question-file")
+    p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    a = p.parse_args(argv)
+    configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
+    try:
+        results = run_pairs(_parse_pairs(a.pairs, configs), target=a.target, draft=a.draft, out_dir=a.out,
+                            rounds=a.rounds, num_questions=a.questions, parallel=a.parallel,
+                            parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
+                            ignore_eos=a.ignore_eos, warmup=a.warmup, max_total_tokens=a.max_total_tokens,
+                            mem_fraction=a.mem_fraction, load_format=a.load_format, gpus=a.gpus,
+                            question_file=a.question_file,
+                            triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))])
+    except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
+        saved = Path(a.out) / "ab.json"
+        if not saved.exists():
+            raise
+        results = json.loads(saved.read_text())
+        print("interrupted: the table covers the passes measured so far")
+    md = markdown(results)
+    (Path(a.out) / "ab.md").write_text(md)
+    plot(results, str(Path(a.out) / "ab.png"))
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The paired A/B throughput runner on the CPU: ABBA order, the interval and its verdict, and the
+orchestration with fake servers (both of a pair up for the whole measurement, stopped after)."""
+
+import json
+import math
+
+import pytest
+
+from sglang_eagle_paged.bench import ab, e2e
+from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
+from test_e2e_runner import FakeServer
+
+
+def test_pass_order_is_abba():
+    assert ab.pass_order(3) == [(0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]
+
+
+def test_ratio_stats_interval_and_verdicts():
+    # Same ratio every round: no spread, the interval collapses onto it.
+    s = ab.ratio_stats([100.0, 200.0, 50.0], [110.0, 220.0, 55.0])
+    assert s["ratio"] == pytest.approx(1.1) and s["low"] == pytest.approx(1.1) and s["verdict"] == "B >= A"
+    assert ab.ratio_stats([100, 100, 100], [90, 91, 89])["verdict"] == "B < A"
+    # Spread around 1: level within the noise. The interval is the t-interval of the log ratios.
+    a, b = [100.0, 100.0, 100.0], [95.0, 105.0, 101.0]
+    s = ab.ratio_stats(a, b)
+    logs = [math.log(y / x) for x, y in zip(a, b)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
+    assert s["low"] == pytest.approx(math.exp(m - 4.303 * sd / math.sqrt(3)), abs=1e-4)
+    assert s["verdict"] == "level within the noise" and s["rounds"] == 3
+    # One round cannot show a difference; a missing pass drops its round.
+    one = ab.ratio_stats([100.0], [130.0])
+    assert one["verdict"] == "level within the noise" and one["high"] is None
+    assert ab.ratio_stats([100.0, None], [130.0, 120.0])["rounds"] == 1
+    assert ab.ratio_stats([], [])["verdict"] == "not measured"
+
+
+def test_summarize_pair_pairs_passes_of_the_same_round():
+    passes = [dict(round=r, side=s, parallel=p, output_throughput=t, acceptance_length=2.0, errors=0)
+              for r, s, p, t in [(0, "A", 16, 100), (0, "B", 16, 90), (0, "A", 1, 10), (0, "B", 1, 12),
+                                 (1, "B", 16, 99), (1, "A", 16, 110), (2, "A", 16, 500)]]  # round 2 has no B
+    s = ab.summarize_pair(passes)
+    assert list(s) == ["16", "1"]
+    assert s["16"]["rounds"] == 2 and s["16"]["ratios"] == [0.9, 0.9] and s["16"]["tps_A"] == 105
+    assert s["1"]["ratio"] == pytest.approx(1.2) and s["1"]["rounds"] == 1
+
+
+def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    real = ab.run_benchmark
+    monkeypatch.setattr(ab, "run_benchmark", lambda base_url, qs, **kw: FakeServer.events.append(
+        ("pass", kw["parallel"])) or real(base_url, qs, **kw))
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
+    res = ab.run_pairs([(p1, p64)], target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2,
+                       parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile))
+
+    assert json.loads((tmp_path / "ab" / "ab.json").read_text()) == res
+    a, b = FakeServer.started
+    for srv, page in ((a, "1"), (b, "64")):
+        assert srv.args[srv.args.index("--page-size") + 1] == page
+        assert "--sleep-on-idle" in srv.args and srv.args[srv.args.index("--base-gpu-id") + 1] == "0"
+    # Both are ready before anything is measured, and stopped only after the last pass.
+    ev = FakeServer.events
+    assert ev[:4] == [("start", a.name), ("start", b.name), ("ready", a.name), ("ready", b.name)]
+    last_pass = max(i for i, e in enumerate(ev) if e[0] == "pass")
+    assert all(e[0] == "pass" for e in ev[4:last_pass + 1])
+    assert {e[0] for e in ev[last_pass + 1:]} == {"terminate", "stop"}
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"], p["parallel"]) for p in pair["passes"]] == [
+        (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1), (1, "B", 2), (1, "B", 1), (1, "A", 2), (1, "A", 1)]
+    # warm-up: two mixes per server (the first fills all `parallel` slots), then the 8 passes
+    assert [e[1] for e in ev[4:last_pass + 1]] == [2, 3, 2, 3] + [2, 1] * 4
+    assert pair["summary"]["2"]["rounds"] == 2 and pair["summary"]["1"]["rounds"] == 2
+    md = ab.markdown(res)
+    assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
+    pytest.importorskip("matplotlib")
+    assert ab.plot(res, str(tmp_path / "ab.png")) and (tmp_path / "ab.png").stat().st_size > 0
+
+
+def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+
+    class Broken(FakeServer):
+        def wait_ready(self):
+            raise RuntimeError("no GPU memory")
+
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: (
+        Broken if "pair1_" in kw["log_path"] else FakeServer)(args, base_url=url, **kw))
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
+                       parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile))
+    good, bad = res["pairs"]["on_p1:on_p64#0"], res["pairs"]["on_p1:on_p128#1"]
+    assert not good.get("error") and len(good["passes"]) == 2 and good["gpu"] == 0
+    assert "no GPU memory" in bad["error"] and bad["passes"] == [] and bad["gpu"] == 1
+    assert "error: start" in ab.markdown(res)
+
+
+def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path):
+    saved = {"rounds": 2, "parallel": 16, "parallel1_questions": 0, "num_questions": 8, "max_new_tokens": 8,
+             "pairs": {"on_p1:on_p64#0": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"}, "gpu": 0, "passes": [],
+                                          "summary": ab.summarize_pair([
+                                              dict(round=0, side=s, parallel=16, output_throughput=t,
+                                                   acceptance_length=2.0, errors=0)
+                                              for s, t in (("A", 100.0), ("B", 97.0))])}}}
+    (tmp_path / "ab.json").write_text(json.dumps(saved))
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ab, "run_pairs", interrupted)
+    assert ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path)]) == 0
+    assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in (tmp_path / "ab.md").read_text()
