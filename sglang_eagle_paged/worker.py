@@ -21,7 +21,7 @@ import torch
 
 from . import compat
 from .kernels import assign_tree_draft_slots, tree_extension, tree_slots_from_free_pages
-from .kernels.layout import extend_lens, new_pages
+from .kernels.layout import extend_lens, extension_totals
 from .kv_copy import move_pairs
 from .mode import Mode
 
@@ -32,13 +32,13 @@ def handles(worker) -> bool:
     return worker.page_size > 1 and worker.topk > 1
 
 
-def _free_list_refusal(allocator, prefix_lens_cpu, page: int, topk: int, steps: int) -> str | None:
+def _free_list_refusal(allocator, num_new_pages: int) -> str | None:
     """Why the draft's slots cannot be read from the free list this round, or None if they can."""
     if type(allocator) is not compat.paged_allocator_class():
         return f"allocator {type(allocator).__name__} is not SGLang's paged allocator"
     if allocator.debug_mode:
         return "the allocator's debug mode is on"
-    if int(new_pages(prefix_lens_cpu, page, topk, steps).sum()) > len(allocator.free_pages):
+    if num_new_pages > len(allocator.free_pages):
         return "the free list is short of the extension"
     return None
 
@@ -64,8 +64,7 @@ def _allocate_tree_extension(worker, batch):
     """
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
     prefix_lens_cpu = batch.seq_lens_cpu
-    ext_cpu = extend_lens(prefix_lens_cpu, page, topk, steps)
-    num_slots = int(ext_cpu.sum())  # a CPU tensor: no device sync
+    num_slots, num_new_pages = extension_totals(prefix_lens_cpu, page, topk, steps)  # CPU: no device sync
     allocator = batch.tree_cache.token_to_kv_pool_allocator
     # The draft's slots are given back before anything else allocates (the verify step
     # allocates its own), so allocating and restoring is host time for nothing: reading
@@ -76,7 +75,7 @@ def _allocate_tree_extension(worker, batch):
     # prefix is thrown away for slots that are given back anyway. (For the same reason,
     # where need_sort would have SGLang merge and sort the release pages first, these
     # slots differ from SGLang's but are just as free.)
-    refusal = _free_list_refusal(allocator, prefix_lens_cpu, page, topk, steps)
+    refusal = _free_list_refusal(allocator, num_new_pages)
     if refusal is None:
         slots = tree_slots_from_free_pages(
             batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
@@ -94,7 +93,7 @@ def _allocate_tree_extension(worker, batch):
         batch.seq_lens,
         prefix_lens_cpu,
         seq_lens,
-        prefix_lens_cpu + ext_cpu,
+        prefix_lens_cpu + extend_lens(prefix_lens_cpu, page, topk, steps),
         last_loc,
         num_slots,
         backup_state=True,
@@ -149,12 +148,12 @@ def warm_up(worker) -> None:
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
     seq_lens = torch.tensor([page + 1], **i64)  # a partial last page: every code path runs
     seq_lens_cpu = seq_lens.cpu()
-    need = int(extend_lens(seq_lens_cpu, page, topk, steps).sum())
+    need, num_new_pages = extension_totals(seq_lens_cpu, page, topk, steps)
     scratch_rows = torch.zeros((2, 2 * page + need), dtype=torch.int32, device=device)
     alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
     tree_extension(scratch_rows, torch.ones(1, **i64), seq_lens, page, topk, steps)
     # Every free page is page 0, the padding page: only the returned tensor is written.
-    free_pages = torch.zeros(int(new_pages(seq_lens_cpu, page, topk, steps).sum()), **i64)
+    free_pages = torch.zeros(num_new_pages, **i64)
     tree_slots_from_free_pages(scratch_rows, torch.ones(1, **i64), seq_lens, free_pages, need, page, topk, steps)
     layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.pools import alloc_tree_extension, allocate_prefixes, churn, make_pools  # noqa: E402
-from sglang_eagle_paged.kernels.layout import extend_lens, new_pages  # noqa: E402
+from sglang_eagle_paged.kernels.layout import extend_lens, extension_totals, new_pages  # noqa: E402
 from sglang_eagle_paged.kernels.reference import tree_slots_from_free_pages_ref  # noqa: E402
 from sglang_eagle_paged.kernels.tree_alloc import (  # noqa: E402
     BLOCK_BS, _tree_alloc_kernel, tree_slots_from_free_pages)
@@ -72,6 +72,9 @@ def check(page, topk, steps, lens, seed, seq_dtype=torch.int64):
     assert torch.equal(got, want), (page, topk, steps, lens.tolist())
     assert torch.equal(got, theirs), (page, topk, steps, lens.tolist())
     assert taken == int(new_pages(lens.long(), page, topk, steps).sum())  # the host-side page count
+    # the worker's two totals, from six ops, on the lengths as the scheduler keeps them (and as given)
+    for cpu_lens in (lens.long().cpu(), lens.cpu()):
+        assert extension_totals(cpu_lens, page, topk, steps) == (got.numel(), taken), (page, topk, steps)
     return got
 
 
