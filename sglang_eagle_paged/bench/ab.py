@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .e2e import large_set, launch, server_args, testbed_sets, warmup_mixes, _warmup_questions
+from .e2e import _warmup_questions, add_set_and_model_args, configs_of, launch, server_args, warmup_mixes
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 
@@ -247,12 +247,8 @@ def main(argv=None) -> int:
     import glob
 
     p = argparse.ArgumentParser(description="Paired A/B throughput of two configurations on one GPU, in turn.")
-    p.add_argument("--set", choices=["core", "extended", "large"], default="large")
+    add_set_and_model_args(p, "large")
     p.add_argument("--pairs", default="on_p1:on_p64", help="comma-separated A:B configuration names of the set")
-    p.add_argument("--backend", default="fa3")
-    p.add_argument("--target", required=True)
-    p.add_argument("--draft", required=True)
-    p.add_argument("--load-format", help="e.g. dummy (random weights)")
     p.add_argument("--out", required=True, help="directory: ab.json, ab.md, ab.png, logs/")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--questions", type=int, default=80)
@@ -267,7 +263,7 @@ def main(argv=None) -> int:
     p.add_argument("--question-file")
     p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
     a = p.parse_args(argv)
-    configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
+    configs = configs_of(a)
     try:
         results = run_pairs(_parse_pairs(a.pairs, configs), target=a.target, draft=a.draft, out_dir=a.out,
                             rounds=a.rounds, num_questions=a.questions, parallel=a.parallel,

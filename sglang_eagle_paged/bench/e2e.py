@@ -566,16 +566,26 @@ def explained_by_near_ties(agree: dict, min_rate: float = IDENTICAL_RATE) -> boo
     return agree["near_ties"] == len(agree["divergences"])
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(description="End-to-end sweep: one server per configuration, same workload.")
-    p.add_argument("--set", choices=["core", "extended", "large"], default="core")
-    p.add_argument("--only", help="comma-separated configuration names of the set")
+def add_set_and_model_args(p, default_set: str) -> None:
+    """The command-line arguments that choose a configuration set and the models it serves."""
+    p.add_argument("--set", choices=["core", "extended", "large"], default=default_set)
     p.add_argument("--backend", default="fa3")
     p.add_argument("--target", required=True)
     p.add_argument("--draft", required=True)
     p.add_argument("--load-format", help="e.g. dummy (random weights)")
+
+
+def configs_of(args) -> list:
+    """The configurations of ``args.set`` (parsed with :func:`add_set_and_model_args`)."""
+    return large_set(args.backend) if args.set == "large" else testbed_sets(args.backend)[args.set]
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="End-to-end sweep: one server per configuration, same workload.")
+    add_set_and_model_args(p, "core")
+    p.add_argument("--only", help="comma-separated configuration names of the set")
     p.add_argument("--out", required=True, help="directory: e2e.json, logs/, profiles/")
     p.add_argument("--questions", type=int, default=80)
     p.add_argument("--max-new", type=int, default=256)
@@ -597,7 +607,7 @@ def main(argv=None) -> int:
                    help="Triton cache dir (glob) of earlier servers to seed each server's cache from, "
                         "counted kernels excepted; repeatable")
     a = p.parse_args(argv)
-    configs = large_set(a.backend) if a.set == "large" else testbed_sets(a.backend)[a.set]
+    configs = configs_of(a)
     if a.only:
         wanted = a.only.split(",")
         configs = [c for c in configs if c.name in wanted]
