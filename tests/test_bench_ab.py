@@ -118,3 +118,38 @@ def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path
     monkeypatch.setattr(ab, "run_pairs", interrupted)
     assert ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path)]) == 0
     assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in (tmp_path / "ab.md").read_text()
+
+
+def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    """SIGINT to the main thread (the device scripts' `timeout -s INT`) during the third measured pass:
+    the servers stop, the JSON keeps the two passes before it and records nothing after."""
+    import os
+    import signal
+    import threading
+    import time
+
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        calls.append(kw["parallel"])
+        if len(calls) == 3:  # no warm-up (warmup=0): the third measured pass
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 10
+            while not any(e[0] == "stop" for e in FakeServer.events) and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    with pytest.raises(KeyboardInterrupt):
+        ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                     out_dir=str(tmp_path / "ab"), rounds=3, num_questions=1, parallel=1, max_new_tokens=8,
+                     warmup=0, question_file=str(qfile))
+    time.sleep(0.5)  # the lane thread returns after the stop; it must not append or save anything more
+    pair = json.loads((tmp_path / "ab" / "ab.json").read_text())["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"]) for p in pair["passes"]] == [(0, "A"), (0, "B")]
+    assert not pair.get("error") and pair["summary"]["1"]["rounds"] == 1

@@ -89,7 +89,7 @@ def summarize_pair(passes: list) -> dict:
 
 
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
-                  parallel1_questions: int, rounds: int, bench_kw: dict, save) -> None:
+                  parallel1_questions: int, rounds: int, bench_kw: dict, save, stopping: threading.Event) -> None:
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
@@ -97,6 +97,8 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
     for rnd, side in pass_order(rounds):
         for par, qs in levels:
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
+            if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
+                return
             pair["passes"].append(_pass_record(bench, side, rnd, par))
             pair["summary"] = summarize_pair(pair["passes"])
             save()
@@ -106,6 +108,7 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
     """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
     server fails to start, or whose measuring raises, records why and the others go on."""
     everything = [srv for _, servers in lanes for srv in servers.values()]
+    stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
     try:
         t0 = time.time()
         for _, servers in lanes:
@@ -123,9 +126,10 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
 
         def lane(pair, servers):
             try:
-                _measure_pair(pair, servers, save=save, **measure_kw)
+                _measure_pair(pair, servers, save=save, stopping=stopping, **measure_kw)
             except Exception as exc:  # keep the other lanes going; the record says why
-                pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                if not stopping.is_set():  # else: its servers were stopped under it (a time limit)
+                    pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
 
         threads = [threading.Thread(target=lane, args=lp, name=f"ab-gpu{lp[0]['gpu']}")
                    for lp in lanes if not lp[0].get("error")]
@@ -135,6 +139,7 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
             while t.is_alive():  # short joins: a SIGINT (a time limit) is handled in this thread
                 t.join(timeout=0.2)
     finally:
+        stopping.set()
         stop_all(everything)
         save()
 
