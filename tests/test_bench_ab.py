@@ -43,6 +43,10 @@ def test_summarize_pair_pairs_passes_of_the_same_round():
     assert list(s) == ["16", "1"]
     assert s["16"]["rounds"] == 2 and s["16"]["ratios"] == [0.9, 0.9] and s["16"]["tps_A"] == 105
     assert s["1"]["ratio"] == pytest.approx(1.2) and s["1"]["rounds"] == 1
+    # a pass with failed requests takes its round out of the ratio (its errors are still counted)
+    passes[1]["errors"] = 2
+    s = ab.summarize_pair(passes)
+    assert s["16"]["rounds"] == 1 and s["16"]["ratios"] == [0.9] and s["16"]["errors"] == 2
 
 
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811

@@ -77,7 +77,10 @@ def summarize_pair(passes: list) -> dict:
     out = {}
     for par in sorted({p["parallel"] for p in passes}, reverse=True):
         by = {(p["round"], p["side"]): p for p in passes if p["parallel"] == par}
-        rounds = sorted({r for r, _ in by if (r, "A") in by and (r, "B") in by})
+        # A round counts only if both its passes served every request: a failed request shortens
+        # a pass and would read as throughput.
+        rounds = sorted({r for r, _ in by if (r, "A") in by and (r, "B") in by
+                         and not by[r, "A"]["errors"] and not by[r, "B"]["errors"]})
         a = [by[r, "A"]["output_throughput"] for r in rounds]
         b = [by[r, "B"]["output_throughput"] for r in rounds]
         mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
@@ -99,9 +102,12 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
-            pair["passes"].append(_pass_record(bench, side, rnd, par))
-            pair["summary"] = summarize_pair(pair["passes"])
-            save()
+
+            def record(rec=_pass_record(bench, side, rnd, par)):
+                pair["passes"].append(rec)
+                pair["summary"] = summarize_pair(pair["passes"])
+
+            save(record)
 
 
 def _run_wave(lanes: list, save, **measure_kw) -> None:
@@ -164,8 +170,11 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "pairs": {}}
     lock = threading.Lock()
 
-    def save():
+    def save(update=None):
+        # Under one lock: another GPU's lane may be recording while this one writes the file.
         with lock:
+            if update is not None:
+                update()
             (out / "ab.json").write_text(json.dumps(results, indent=1))
 
     for w in range(0, len(pairs), max(1, gpus)):
