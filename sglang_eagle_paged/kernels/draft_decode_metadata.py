@@ -172,6 +172,25 @@ def _check(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_p
         raise ValueError(f"page_size and topk must be positive, got {page_size}, {topk}")
 
 
+def _launch(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table, seq_lens,
+            req_pool_indices, strided_indices, max_seq_pages, cache_loc, topk, page_size):
+    """Checks, then ``(grid, n_cols, bs, num_seqs, steps)`` of a launch, or None when there is nothing to write.
+
+    Shared by the per-step and all-steps wrappers (the latter with step 0's tensors), so that
+    both size their grids alike."""
+    _check(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table,
+           seq_lens, req_pool_indices, cache_loc, topk, page_size)
+    n_cols = _normal_cols(page_table, strided_indices, max_seq_pages)
+    bs = seq_lens.shape[0]
+    num_seqs, steps = cache_loc.shape
+    if steps == 0:
+        num_seqs = 0
+    rows = max(bs * topk, num_seqs)
+    if rows == 0:
+        return None
+    return (rows, max(triton.cdiv(n_cols, BLOCK_COLS), 1)), n_cols, bs, num_seqs, steps
+
+
 def draft_decode_metadata(
     cache_seqlens_int32: torch.Tensor,  # normal, modified
     page_table: torch.Tensor,  # normal, modified
@@ -192,17 +211,12 @@ def draft_decode_metadata(
     ``seq_lens`` and ``req_pool_indices`` hold exactly the ``bs`` rows to write;
     ``cache_loc`` is ``out_cache_loc.view(-1, speculative_num_steps)``.
     """
-    _check(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table,
-           seq_lens, req_pool_indices, cache_loc, topk, page_size)
-    n_cols = _normal_cols(page_table, strided_indices, max_seq_pages)
-    bs = seq_lens.shape[0]
-    num_seqs, steps = cache_loc.shape
-    if steps == 0:
-        num_seqs = 0
-    rows = max(bs * topk, num_seqs)
-    if rows == 0:
+    launch = _launch(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table, seq_lens,
+                     req_pool_indices, strided_indices, max_seq_pages, cache_loc, topk, page_size)
+    if launch is None:
         return
-    _draft_decode_metadata_kernel[(rows, max(triton.cdiv(n_cols, BLOCK_COLS), 1))](
+    grid, n_cols, bs, num_seqs, steps = launch
+    _draft_decode_metadata_kernel[grid](
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
         req_to_token, req_to_token.stride(0), req_to_token.stride(1),
@@ -384,17 +398,12 @@ def draft_decode_metadata_all_steps(
     """:func:`draft_decode_metadata` for every step of ``steps`` (each with its own
     ``decode_length`` and ``strided_indices``), in one launch."""
     first = steps.steps[0]
-    _check(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
-           seq_lens, req_pool_indices, cache_loc, topk, page_size)
-    n_cols = _normal_cols(first.page_table, first.strided_indices, max_seq_pages)
-    bs = seq_lens.shape[0]
-    num_seqs, n_loc = cache_loc.shape
-    if n_loc == 0:
-        num_seqs = 0
-    rows = max(bs * topk, num_seqs)
-    if rows == 0:
+    launch = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
+                     seq_lens, req_pool_indices, first.strided_indices, max_seq_pages, cache_loc, topk, page_size)
+    if launch is None:
         return
-    _draft_decode_metadata_all_steps_kernel[(rows, max(triton.cdiv(n_cols, BLOCK_COLS), 1))](
+    grid, n_cols, bs, num_seqs, n_loc = launch
+    _draft_decode_metadata_all_steps_kernel[grid](
         steps.table,
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
