@@ -271,8 +271,9 @@ def bench_assign(bs_list, page, topk, steps, gen):
     from sglang.srt.speculative.spec_utils import assign_draft_cache_locs
     from sglang.srt.utils import next_power_of_2
 
-    from sglang_eagle_paged.kernels import assign_tree_draft_slots
-    from sglang_eagle_paged.kernels.layout import extend_lens, num_new_pages_per_branch
+    from sglang_eagle_paged.kernels import (
+        assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, tree_slots_from_free_pages)
+    from sglang_eagle_paged.kernels.layout import extend_lens, new_pages, num_new_pages_per_branch
 
     rows = []
     pool_len = 8192
@@ -295,6 +296,14 @@ def bench_assign(bs_list, page, topk, steps, gen):
         ours_out = lambda: assign_tree_draft_slots(rpi, r2t, seq, alloc, page, topk, steps, out=layout)
         new_len_ms = [round(first_call_ms(lambda s=s: assign_tree_draft_slots(rpi, r2t, *inputs(s)[::2], page, topk, steps)), 3)
                       for s in (1, 2, 3)]
+        # The draft step's fast path: the slots alloc_extend would give, read from a shuffled free
+        # list (a slice at an offset, as the allocator's is) inside the assignment's one launch ...
+        n_pages, n_slots = int(new_pages(seq, page, topk, steps).sum()), int(ext.sum())
+        free = (torch.randperm(n_pages + 8, generator=gen) + 1).to(DEV)[3:]
+        ours_free = lambda: assign_tree_draft_slots_from_free_pages(rpi, r2t, seq, free, page, topk, steps)
+        # ... against the same slots in two launches and a tensor (the fast path before the fusion).
+        ours_two = lambda: assign_tree_draft_slots(
+            rpi, r2t, seq, tree_slots_from_free_pages(r2t, rpi, seq, free, n_slots, page, topk, steps), page, topk, steps)
 
         def upstream_args(seq, ext, alloc):
             """The kernel's inputs as SGLang's preprocess computes them; int() syncs."""
@@ -312,7 +321,8 @@ def bench_assign(bs_list, page, topk, steps, gen):
         args = upstream_args(seq, ext, alloc)
         upstream_kernel = lambda: assign_draft_cache_locs[(bs,)](*args)
         row = dict(bs=bs, page=page, topk=topk, steps=steps)
-        for name, fn in (("ours", ours), ("ours_out", ours_out), ("upstream_kernel", upstream_kernel),
+        for name, fn in (("ours", ours), ("ours_out", ours_out), ("ours_free_pages", ours_free),
+                         ("ours_two_launches", ours_two), ("upstream_kernel", upstream_kernel),
                          ("upstream", lambda: upstream(seq, ext, alloc))):
             row.update(prefixed(name, measure(fn, f"assign bs{bs} {name}")))
         row["ours_new_copy_len_ms"] = new_len_ms
@@ -539,11 +549,14 @@ def markdown(res) -> str:
     out += ["", f"Speedup and GB/s are from {basis} time.", "", "## Assignment kernel", "",
             f"| bs | page | topk | steps | what | {TIMING_HEAD} |", "|---|---|---|---|---|---|---|---|"]
     names = dict(ours="ours, outputs allocated per call", ours_out="ours, preallocated `out=`",
+                 ours_free_pages="ours from the free pages, one launch (the draft step's fast path)",
+                 ours_two_launches="ours from the free pages, slots then assignment (two launches)",
                  upstream_kernel="SGLang assign_draft_cache_locs, launch only",
                  upstream="SGLang assign_draft_cache_locs with its input prep")
     for r in res["assign"]:
         for p, name in names.items():
-            out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {r['steps']} | {name} | {timing_cells(r, p)} |")
+            if f"{p}_wall_us" in r:  # results from before the free-page variant lack its rows
+                out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {r['steps']} | {name} | {timing_cells(r, p)} |")
     out.append(f"| - | - | - | - | empty Triton kernel (launch floor) | {timing_cells(res, 'empty_triton')} |")
     out += ["", "First call at a new duplicate-pair count (ms): SGLang's kernel takes it as a constexpr and recompiles.", "",
             "| bs | SGLang | ours |", "|---|---|---|"]

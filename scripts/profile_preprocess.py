@@ -2,10 +2,10 @@
 
 H200 run 7 measured ours at 705 us wall / 727 us host at bs 64 / page 128 / topk 8 against
 about 190 us at the other shapes (run 6: 232 us at the same shape), with the GPU busy 52 us.
-This times each part of the call on its own (allocation from the free list, slot assignment,
-the KV copy, the rest) as a distribution over many calls, not a mean, and writes a cProfile
-of the whole call per shape, so an outlier shows which part and whether it is every call
-or a few slow ones.
+This times each part of the call on its own (the host's check that the free list holds the
+draft's slots, the assignment launch that reads them from it, the KV copy, the rest) as a
+distribution over many calls, not a mean, and writes a cProfile of the whole call per shape,
+so an outlier shows which part and whether it is every call or a few slow ones.
 
   python scripts/profile_preprocess.py --out /tmp/pp --shapes 64,64,8 64,128,8
 """
@@ -45,21 +45,21 @@ def host_samples(fn, reps):
 
 
 def parts(worker, batch):
-    """The preprocess's parts as separate calls, on the same inputs as the whole."""
+    """The preprocess's parts as separate calls, on the same inputs as the whole (the free-list path)."""
     from sglang_eagle_paged import worker as w
-    from sglang_eagle_paged.kernels import assign_tree_draft_slots
+    from sglang_eagle_paged.kernels import assign_tree_draft_slots_from_free_pages
     from sglang_eagle_paged.kv_copy import move_pairs
 
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
-    slots, state = w._allocate_tree_extension(worker, batch)
-    assert state is None, "this shape took SGLang's allocation, not the free list"
-    layout = assign_tree_draft_slots(batch.req_pool_indices, batch.req_to_token_pool.req_to_token, batch.seq_lens,
-                                     slots, page, topk, steps)
+    free_pages = w._readable_free_pages(worker, batch)
+    assert free_pages is not None, "this shape took SGLang's allocation, not the free list"
+    assign = lambda: assign_tree_draft_slots_from_free_pages(
+        batch.req_pool_indices, batch.req_to_token_pool.req_to_token, batch.seq_lens, free_pages, page, topk, steps)
+    layout = assign()
     pool = worker.draft_model_runner.token_to_kv_pool
     return {
-        "allocate": lambda: w._allocate_tree_extension(worker, batch),
-        "assign": lambda: assign_tree_draft_slots(batch.req_pool_indices, batch.req_to_token_pool.req_to_token,
-                                                  batch.seq_lens, slots, page, topk, steps),
+        "free_list": lambda: w._readable_free_pages(worker, batch),  # host only: the page count and the checks
+        "assign": assign,  # one launch: the slots from the free pages, the rows, draft slots and pairs
         "copy": lambda: move_pairs(pool, layout.tgt_loc, layout.src_loc),
         "positions": lambda: batch.seq_lens.repeat_interleave(topk, dim=0),
     }

@@ -91,38 +91,70 @@ def _self_test_tree_extension(device: str) -> str:
 
 
 def _self_test_tree_alloc(device: str) -> str:
-    """The draft's slots read from a free list (the allocator's fast path)."""
+    """The draft's slots read from a free list (the allocator's fast path): on their own, and inside
+    the assignment's free-page variant, the one launch the draft step makes on that path."""
     import torch
 
+    from .kernels.assign import assign_tree_draft_slots_from_free_pages
     from .kernels.layout import extend_lens
-    from .kernels.reference import tree_slots_from_free_pages_ref
+    from .kernels.reference import assign_tree_draft_slots_ref, tree_slots_from_free_pages_ref
     from .kernels.tree_alloc import tree_slots_from_free_pages
 
     r2t, rows, seq_lens, cfg = _tree_inputs()
     free = torch.randperm(200, generator=torch.Generator().manual_seed(0)) + 300
     n = int(extend_lens(seq_lens, *cfg).sum())
-    want = tree_slots_from_free_pages_ref(r2t, rows, seq_lens, free, *cfg)
+    slots = tree_slots_from_free_pages_ref(r2t, rows, seq_lens, free, *cfg)
     got = tree_slots_from_free_pages(r2t.to(device), rows.to(device), seq_lens.to(device), free.to(device), n, *cfg)
-    if not torch.equal(got.cpu(), want):
+    if not torch.equal(got.cpu(), slots):
         return "tree-allocation kernel differs from the reference"
+    want_r2t = r2t.clone()
+    want = assign_tree_draft_slots_ref(rows, want_r2t, seq_lens, slots, *cfg)
+    got_r2t = r2t.to(device)
+    # The allocator's free list is a slice at any offset: an unaligned one here.
+    free_dev = torch.cat([free[:1], free]).to(device)[1:]
+    got = assign_tree_draft_slots_from_free_pages(rows.to(device), got_r2t, seq_lens.to(device), free_dev, *cfg)
+    for name in ("out_cache_loc", "src_loc", "tgt_loc"):
+        if not torch.equal(getattr(got, name).cpu(), getattr(want, name)):
+            return f"free-page assignment kernel differs from the reference in {name}"
+    if not torch.equal(got_r2t.cpu(), want_r2t):
+        return "free-page assignment kernel differs from the reference in req_to_token"
     return ""
 
 
 def _self_test_move(device: str) -> str:
-    """The post-verify move, on overlapping pairs (a cycle and a shift) across a chunk boundary."""
+    """The post-verify move at the pools' chunk of 256, on pairs that only come out right if
+    every read of a chunk precedes its writes and chunks run in order."""
+    import random
+
     import torch
 
     from .kernels import KVBufferTable
-    from .kernels.move_rows import move_kv_rows
+    from .kernels.move_rows import CHUNK, move_kv_rows
     from .kernels.reference import move_kv_rows_ref
 
-    bufs = [torch.randn(64, 2, 8).to(torch.bfloat16) for _ in range(4)]
-    tgt = torch.tensor([10, 11, 12, 20, 21, 22, 30])
-    src = torch.tensor([11, 12, 10, 21, 23, 25, 20])
+    # chunk 0, pairs 0-249: one random cycle through 250 rows (Sattolo), so each pair's source
+    # is a target of a pair that another warp of a program holds: a missing barrier shows on a GPU
+    rng = random.Random(0)
+    perm = list(range(250))
+    for i in range(249, 0, -1):
+        j = rng.randrange(i)
+        perm[i], perm[j] = perm[j], perm[i]
+    cycle = torch.arange(64, 314)
+    tgt = [cycle, torch.tensor([31, 32, 33, 34]),  # pairs 250-253: a shift (30->31->...->34)
+           torch.tensor([11, 12]),                 # pairs 254-255: 10->11, 11->12 ...
+           torch.tensor([10]),                     # pair 256, next chunk: ... 12->10 across the boundary
+           torch.tensor([21, 22, 20]),             # a cycle inside the second chunk
+           torch.arange(400, 420)]                 # reads rows the first chunk wrote
+    src = [cycle[perm], torch.tensor([30, 31, 32, 33]), torch.tensor([10, 11]), torch.tensor([12]),
+           torch.tensor([20, 21, 22]), cycle[:20]]
+    tgt, src = torch.cat(tgt), torch.cat(src)
+    gen = torch.Generator().manual_seed(0)
+    # 128-byte rows (several programs per buffer); random bits compare exactly, NaN or not
+    bufs = [torch.randint(-2**15, 2**15, (512, 4, 16), generator=gen, dtype=torch.int16) for _ in range(8)]
     ref = [b.clone() for b in bufs]
-    move_kv_rows_ref(ref, tgt, src, chunk=4)
+    move_kv_rows_ref(ref, tgt, src, chunk=CHUNK)
     dev_bufs = [b.to(device) for b in bufs]
-    move_kv_rows(KVBufferTable.from_buffers(dev_bufs), tgt.to(device), src.to(device), chunk=4)
+    move_kv_rows(KVBufferTable.from_buffers(dev_bufs), tgt.to(device), src.to(device), chunk=CHUNK)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
         return "post-verify move kernel differs from the reference"
     return ""

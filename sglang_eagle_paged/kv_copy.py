@@ -135,7 +135,7 @@ def move_pairs(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
 
 
 def move_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
-    """SGLang's in-place-safe move with our staged kernel; False means "not handled" (the
+    """SGLang's in-place-safe move with our one-launch-per-chunk kernel; False means "not handled" (the
     pool is not a plain MHA pool, or SGLang would not use its own kernel for it either)."""
     chunk = compat.kv_move_chunk(pool)
     table = pool_table(pool) if chunk else None
@@ -146,7 +146,7 @@ def move_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
 
 
 def warm_up_moves(pool) -> None:
-    """Compile the staged move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
+    """Compile the post-verify move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
     table = pool_table(pool)
     if table is not None:
         zero = torch.zeros(1, dtype=torch.int64, device=table.ptrs.device)

@@ -8,10 +8,10 @@ own method. Compared with SGLang 0.5.12.post1's version it:
 - duplicates the prefix's partial page with one launch sized by a bound the host
   already knows (no ``.item()`` to learn the copy length, no recompiles),
 - takes ``seq_lens_sum`` from ``seq_lens_cpu`` (SGLang syncs for it every step),
-- reads the draft slots from SGLang's paged allocator's free pages with one launch,
-  allocating nothing, where that allocator's free list holds them; elsewhere it
-  allocates as SGLang does and restores the allocator in a ``finally``, so a failure
-  cannot leak the draft slots.
+- where SGLang's paged allocator's free list holds the draft's slots, reads them from
+  its free pages inside the assignment launch itself (one launch for slots, rows and
+  pairs), allocating nothing; elsewhere it allocates as SGLang does and restores the
+  allocator in a ``finally``, so a failure cannot leak the draft slots.
 """
 
 import logging
@@ -20,7 +20,7 @@ import time
 import torch
 
 from . import compat
-from .kernels import assign_tree_draft_slots, tree_extension, tree_slots_from_free_pages
+from .kernels import assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, tree_extension
 from .kernels.layout import extend_lens, extension_totals
 from .kv_copy import move_pairs
 from .mode import Mode
@@ -55,34 +55,37 @@ def _report_fallback(reason: str) -> None:
                     reason)
 
 
-def _allocate_tree_extension(worker, batch):
-    """Every branch's slots, and the allocator state to restore after the step (or None).
+def _readable_free_pages(worker, batch):
+    """The allocator's free pages, where the draft's slots can be read from them this round; else None.
 
-    The slots are what SGLang's allocator would hand out. Where that allocator is SGLang's
-    own paged one and its free list holds the extension, they are read from the free list
-    without allocating (one launch); otherwise SGLang allocates them as it does itself.
+    The draft's slots are given back before anything else allocates (the verify step
+    allocates its own), so allocating and restoring is host time for nothing: reading
+    the pages alloc_extend would take gives the same slots. Only for the exact class,
+    whose alloc_extend we reproduce; never in debug mode, whose assertions the user asked
+    for. SGLang evicts from the tree cache when its over-estimate (one extra page per
+    request) exceeds what is available; here the exact need is checked, so no cached
+    prefix is thrown away for slots that are given back anyway. (For the same reason,
+    where need_sort would have SGLang merge and sort the release pages first, these
+    slots differ from SGLang's but are just as free.)
+    """
+    page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
+    _, num_new_pages = extension_totals(batch.seq_lens_cpu, page, topk, steps)  # CPU: no device sync
+    allocator = batch.tree_cache.token_to_kv_pool_allocator
+    refusal = _free_list_refusal(allocator, num_new_pages)
+    if refusal is None:
+        return allocator.free_pages
+    _report_fallback(refusal)
+    return None
+
+
+def _allocate_tree_extension(worker, batch):
+    """Every branch's slots allocated by SGLang, as it does itself, and the allocator state to restore.
+
+    The fallback, where :func:`_readable_free_pages` refuses.
     """
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
     prefix_lens_cpu = batch.seq_lens_cpu
-    num_slots, num_new_pages = extension_totals(prefix_lens_cpu, page, topk, steps)  # CPU: no device sync
-    allocator = batch.tree_cache.token_to_kv_pool_allocator
-    # The draft's slots are given back before anything else allocates (the verify step
-    # allocates its own), so allocating and restoring is host time for nothing: reading
-    # the pages alloc_extend would take gives the same slots. Only for the exact class,
-    # whose alloc_extend we reproduce; never in debug mode, whose assertions the user asked
-    # for. SGLang evicts from the tree cache when its over-estimate (one extra page per
-    # request) exceeds what is available; here the exact need is checked, so no cached
-    # prefix is thrown away for slots that are given back anyway. (For the same reason,
-    # where need_sort would have SGLang merge and sort the release pages first, these
-    # slots differ from SGLang's but are just as free.)
-    refusal = _free_list_refusal(allocator, num_new_pages)
-    if refusal is None:
-        slots = tree_slots_from_free_pages(
-            batch.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
-            allocator.free_pages, num_slots, page, topk, steps,
-        )
-        return slots, None
-    _report_fallback(refusal)
+    num_slots, _ = extension_totals(prefix_lens_cpu, page, topk, steps)
     # SGLang's get_last_loc_large_page_size_large_top_k computes these with ~10 host
     # dispatches per draft round; one launch gives the allocator the same tensors.
     seq_lens, last_loc = tree_extension(
@@ -111,17 +114,16 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
             compat.last_verified_tokens(spec_info).to(torch.int64)
         )
 
-    alloc_loc, allocator_state = _allocate_tree_extension(worker, batch)
+    rows, req_to_token = batch.req_pool_indices, batch.req_to_token_pool.req_to_token
+    config = (worker.page_size, worker.topk, worker.speculative_num_steps)
+    free_pages = _readable_free_pages(worker, batch)
+    allocator_state = None
     try:
-        layout = assign_tree_draft_slots(
-            batch.req_pool_indices,
-            batch.req_to_token_pool.req_to_token,
-            batch.seq_lens,
-            alloc_loc,
-            worker.page_size,
-            worker.topk,
-            worker.speculative_num_steps,
-        )
+        if free_pages is not None:
+            layout = assign_tree_draft_slots_from_free_pages(rows, req_to_token, batch.seq_lens, free_pages, *config)
+        else:
+            alloc_loc, allocator_state = _allocate_tree_extension(worker, batch)
+            layout = assign_tree_draft_slots(rows, req_to_token, batch.seq_lens, alloc_loc, *config)
         if mode is Mode.ON:
             move_pairs(worker.draft_model_runner.token_to_kv_pool, layout.tgt_loc, layout.src_loc)
         batch.out_cache_loc = layout.out_cache_loc
@@ -150,12 +152,14 @@ def warm_up(worker) -> None:
     seq_lens_cpu = seq_lens.cpu()
     need, num_new_pages = extension_totals(seq_lens_cpu, page, topk, steps)
     scratch_rows = torch.zeros((2, 2 * page + need), dtype=torch.int32, device=device)
+    rows = torch.ones(1, **i64)
+    # SGLang's allocation path (the fallback): its allocator inputs, then the assignment.
+    tree_extension(scratch_rows, rows, seq_lens, page, topk, steps)
     alloc_loc = torch.zeros(need, **i64)  # slot 0 is SGLang's padding slot
-    tree_extension(scratch_rows, torch.ones(1, **i64), seq_lens, page, topk, steps)
-    # Every free page is page 0, the padding page: only the returned tensor is written.
+    assign_tree_draft_slots(rows, scratch_rows, seq_lens, alloc_loc, page, topk, steps)
+    # The free-list path; every free page is page 0, the padding page.
     free_pages = torch.zeros(num_new_pages, **i64)
-    tree_slots_from_free_pages(scratch_rows, torch.ones(1, **i64), seq_lens, free_pages, need, page, topk, steps)
-    layout = assign_tree_draft_slots(torch.ones(1, **i64), scratch_rows, seq_lens, alloc_loc, page, topk, steps)
+    layout = assign_tree_draft_slots_from_free_pages(rows, scratch_rows, seq_lens, free_pages, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
     from .kv_copy import duplicate_in_pool, warm_up_moves
 

@@ -40,6 +40,7 @@ def fake_result(bk):
         copy.update(bk.prefixed(p, t))
     assign = dict(bs=64, page=64, topk=8, steps=5, ours_new_copy_len_ms=[0.5], upstream_new_copy_len_ms=[150.0])
     for p, t in (("ours", times(2.61, 55.5, 54.4)), ("ours_out", times(2.62, 38.3, 37.7)),
+                 ("ours_free_pages", times(2.63, 56.6, 55.5)), ("ours_two_launches", times(4.1, 88.8, 87.7)),
                  ("upstream_kernel", times(3.71, 29.9, 28.8)), ("upstream", times(None, 210.1, 217.2, "syncs"))):
         assign.update(bk.prefixed(p, t))
     pre = dict(bs=64, page=64, topk=8, steps=5, ours_syncs=2, upstream_syncs=3)
@@ -76,12 +77,18 @@ def test_markdown_has_device_wall_and_host_columns(bk):
     assert "| ours (capacity-padded) | 10.1 | 21.2 | 22.3 | 9.0x | 1.0 |" in md
     assert "| ours, outputs allocated per call | 2.61 | 55.5 | 54.4 |" in md
     assert "| ours, preallocated `out=` | 2.62 | 38.3 | 37.7 |" in md
+    assert "| ours from the free pages, one launch (the draft step's fast path) | 2.63 | 56.6 | 55.5 |" in md
+    assert "| ours from the free pages, slots then assignment (two launches) | 4.1 | 88.8 | 87.7 |" in md
     assert "| SGLang assign_draft_cache_locs, launch only | 3.71 | 29.9 | 28.8 |" in md
     assert "| SGLang assign_draft_cache_locs with its input prep | n/a (syncs) | 210.1 | 217.2 |" in md
     assert "| empty Triton kernel (launch floor) | 0.81 | 17.3 | 18.8 |" in md
     assert "| 64 | 64 | 8 | SGLang | n/a (syncs) | 6881.2 | 6885.8 | 3 |" in md
     assert "empty torch launch (`add_`, wall back-to-back): 10.83 us" in md
     assert "assign bs64 upstream" in md
+    # results written before the free-page variant still render, without its rows
+    old = fake_result(bk)
+    old["assign"][0] = {k: v for k, v in old["assign"][0].items() if "free_pages" not in k and "two_launches" not in k}
+    assert "from the free pages" not in bk.markdown(old)
 
 
 def test_plot_uses_device_time_where_measured(bk, tmp_path):
@@ -99,7 +106,7 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=600)
     res = json.loads((tmp_path / "kernels.json").read_text())
-    for key in ("ours", "ours_out", "upstream_kernel", "upstream"):
+    for key in ("ours", "ours_out", "ours_free_pages", "ours_two_launches", "upstream_kernel", "upstream"):
         assert res["assign"][0][f"{key}_device_us"] is None
         assert res["assign"][0][f"{key}_wall_us"] > 0
         assert res["assign"][0][f"{key}_host_us"] > 0
@@ -129,8 +136,10 @@ def test_count_preprocess_ops_runs_and_sees_the_launches():
     with redirect_stdout(out):
         mod.main(["--page", "16", "--topk", "4", "--steps", "3", "--seq-lens", "5,16,37"])
     rows = json.loads(out.getvalue()[out.getvalue().index("{"):])
-    # the draft's slots are read from the free pages, not allocated (no alloc_extend_kernel)
-    assert rows["ours page 16"]["launches"] == {"_tree_alloc_kernel": 1, "_assign_tree_draft_slots_kernel": 1,
-                                                "_duplicate_kv_kernel": 1}
+    # the draft's slots are read from the free pages, not allocated (no alloc_extend_kernel), inside
+    # the assignment's launch (no _tree_alloc_kernel)
+    assert rows["ours page 16"]["launches"] == {"_assign_tree_draft_slots_kernel": 1, "_duplicate_kv_kernel": 1}
+    assert rows["ours page 16"]["ops"]["empty"] == 3  # the layout's three outputs: no slot tensor
     assert rows["sglang page 1"]["triton_launches"] == 1 and rows["sglang page 16"]["triton_launches"] >= 4
-    assert 0 < rows["sglang page 1"]["torch_ops"] < rows["ours page 16"]["torch_ops"]
+    assert 0 < rows["sglang page 1"]["torch_ops"] < rows["sglang page 16"]["torch_ops"]
+    assert 0 < rows["ours page 16"]["torch_ops"] < rows["sglang page 16"]["torch_ops"]

@@ -68,3 +68,16 @@ def test_wrong_tree_allocation_is_caught(monkeypatch):
 
     monkeypatch.setattr(module, "tree_slots_from_free_pages", shifted)
     assert "tree-allocation kernel" in doctor._self_test_tree_alloc("cpu")
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_wrong_free_page_assignment_is_caught(monkeypatch, shift):
+    """The draft step's one launch on the free-list path: a free list read one page off either way."""
+    module = _module("assign")
+    real = module.assign_tree_draft_slots_from_free_pages
+
+    def off(rows, req_to_token, seq_lens, free_pages, *rest):
+        return real(rows, req_to_token, seq_lens, free_pages.roll(shift), *rest)
+
+    monkeypatch.setattr(module, "assign_tree_draft_slots_from_free_pages", off)
+    assert "free-page assignment kernel" in doctor._self_test_tree_alloc("cpu")

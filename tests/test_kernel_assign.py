@@ -1,4 +1,8 @@
-"""The tree-draft slot assignment kernel against its torch reference and the seed design."""
+"""The tree-draft slot assignment kernel against its torch reference and the seed design.
+
+Both variants: from ``alloc_loc`` (SGLang's allocation) and from the allocator's free pages
+(the draft step's fast path), which must assign exactly what SGLang's allocation would.
+"""
 
 import os
 
@@ -13,9 +17,9 @@ from helpers.interpreter_order import capture_specializations, program_order  # 
 from helpers.pools import (  # noqa: E402
     allocate_prefixes, alloc_tree_extension, churn, make_pools)
 from sglang_eagle_paged.kernels.assign import (  # noqa: E402
-    PAIR_SENTINEL, _assign_tree_draft_slots_kernel, assign_tree_draft_slots)
+    PAIR_SENTINEL, _assign_tree_draft_slots_kernel, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages)
 from sglang_eagle_paged.kernels.layout import (  # noqa: E402
-    extend_lens, max_new_pages_per_branch, num_new_pages_per_branch, pair_capacity)
+    extend_lens, max_new_pages_per_branch, new_pages, num_new_pages_per_branch, pair_capacity)
 from sglang_eagle_paged.kernels.reference import assign_tree_draft_slots_ref  # noqa: E402
 
 PAGE_SIZES = [1, 2, 4, 16, 64, 128, 256]
@@ -27,6 +31,13 @@ def run_both(req_pool_indices, req_to_token, seq_lens, alloc_loc, page_size, top
     ref = assign_tree_draft_slots_ref(req_pool_indices, r2t_ref, seq_lens, alloc_loc, page_size, topk, steps)
     out = assign_tree_draft_slots(req_pool_indices, req_to_token, seq_lens, alloc_loc, page_size, topk, steps)
     return out, ref, r2t_ref
+
+
+def run_from_free_pages(req_pool_indices, req_to_token, seq_lens, free_pages, page_size, topk, steps):
+    """The free-page variant on a copy of ``req_to_token``; its result and that copy."""
+    r2t = req_to_token.clone()
+    out = assign_tree_draft_slots_from_free_pages(req_pool_indices, r2t, seq_lens, free_pages, page_size, topk, steps)
+    return out, r2t
 
 
 def assert_same(out, ref, r2t, r2t_ref):
@@ -50,7 +61,7 @@ def test_seed_expected_values_spelled_out():
     assert len(SEED_SRC) == len(SEED_TGT) == 21
 
 
-@pytest.mark.parametrize("impl", ["kernel", "reference"])
+@pytest.mark.parametrize("impl", ["kernel", "reference", "free pages"])
 def test_seed_worked_example(impl):
     steps, page, topk = 5, 4, 8
     seq_lens = torch.tensor([7])
@@ -61,8 +72,11 @@ def test_seed_worked_example(impl):
     r2t[1, :7] = torch.arange(4, 11, dtype=torch.int32)
     rpi = torch.tensor([1])
     alloc_loc = torch.arange(11, 11 + ext, dtype=torch.int64)  # slot 11 fills the prefix page
-    fn = assign_tree_draft_slots if impl == "kernel" else assign_tree_draft_slots_ref
-    out = fn(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+    if impl == "free pages":  # slot 11 continues the prefix's page 2, then pages 3.. hold the rest
+        out = assign_tree_draft_slots_from_free_pages(rpi, r2t, seq_lens, torch.arange(3, 18), page, topk, steps)
+    else:
+        fn = assign_tree_draft_slots if impl == "kernel" else assign_tree_draft_slots_ref
+        out = fn(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
     assert out.out_cache_loc.tolist() == SEED_OUT
     assert out.src_loc.tolist() == SEED_SRC  # capacity 1 * 7 * 3 == 21: no padding here
     assert out.tgt_loc.tolist() == SEED_TGT
@@ -111,17 +125,20 @@ def tree_cases(draw):
 
 
 def build_case(page, topk, steps, lens, seed):
+    """Real pools holding ``lens`` on scattered pages, SGLang's allocation of the tree extension,
+    and the allocator's free list just before it (the pages that allocation took from)."""
     bs = len(lens)
     need_pages = sum(-(-n // page) for n in lens) + bs * topk * max_new_pages_per_branch(page, steps)
     pages = need_pages + 8 + need_pages // 4
     pools = make_pools(page, pages * page, max_reqs=bs + 8,
                        max_context_len=max(lens) + topk * max_new_pages_per_branch(page, steps) * page + page)
-    kept = churn(pools, seed, max_pages=pages - need_pages - 1, keep_fraction=0.5)
+    churn(pools, seed, max_pages=pages - need_pages - 1, keep_fraction=0.5)
     rpi = allocate_prefixes(pools, lens)
     churn(pools, seed + 1)  # shuffle the free list again before the extension
     seq_lens = torch.tensor(lens, dtype=torch.int64)
+    free = pools.allocator.free_pages  # a slice at an offset, as serving sees it; never written in place
     alloc_loc = alloc_tree_extension(pools, rpi, seq_lens, page, topk, steps)
-    return pools, rpi, seq_lens, alloc_loc, kept
+    return pools, rpi, seq_lens, alloc_loc, free
 
 
 def check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps):
@@ -187,12 +204,15 @@ def check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk,
 @given(tree_cases())
 def test_kernel_matches_reference_on_sglang_layouts(case):
     page, topk, steps, lens, seed = case
-    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed)
+    pools, rpi, seq_lens, alloc_loc, free = build_case(page, topk, steps, lens, seed)
     r2t = pools.req_to_token
     r2t_before = r2t.clone()
     out, ref, r2t_ref = run_both(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
     assert_same(out, ref, r2t, r2t_ref)
     check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps)
+    # the free-page variant assigns exactly what SGLang's allocation led to
+    fast, r2t_fast = run_from_free_pages(rpi, r2t_before, seq_lens, free, page, topk, steps)
+    assert_same(fast, ref, r2t_fast, r2t_ref)
 
 
 @pytest.mark.parametrize("page,topk,steps,lens", [
@@ -203,31 +223,41 @@ def test_kernel_matches_reference_on_sglang_layouts(case):
     (2, 10, 8, [1] * 64),            # bs 64 with the largest topk/steps
 ])
 def test_edge_layouts(page, topk, steps, lens):
-    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=7)
+    pools, rpi, seq_lens, alloc_loc, free = build_case(page, topk, steps, lens, seed=7)
     r2t = pools.req_to_token
     r2t_before = r2t.clone()
     out, ref, r2t_ref = run_both(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
     assert_same(out, ref, r2t, r2t_ref)
     check_invariants(out, r2t_before, r2t, rpi, seq_lens, alloc_loc, page, topk, steps)
+    fast, r2t_fast = run_from_free_pages(rpi, r2t_before, seq_lens, free, page, topk, steps)
+    assert_same(fast, ref, r2t_fast, r2t_ref)
 
 
-def test_reused_out_buffers_are_fully_overwritten():
+@pytest.mark.parametrize("variant", ["alloc_loc", "free pages"])
+def test_reused_out_buffers_are_fully_overwritten(variant):
     page, topk, steps, lens = 4, 3, 2, [5, 6, 8]
-    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=3)
+    pools, rpi, seq_lens, alloc_loc, free = build_case(page, topk, steps, lens, seed=3)
     r2t_ref = pools.req_to_token.clone()
     ref = assign_tree_draft_slots_ref(rpi, r2t_ref, seq_lens, alloc_loc, page, topk, steps)
     garbage = assign_tree_draft_slots_ref(rpi, r2t_ref.clone(), seq_lens, alloc_loc, page, topk, steps)
     for t in (garbage.out_cache_loc, garbage.src_loc, garbage.tgt_loc):
         t.fill_(12345)
-    out = assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps, out=garbage)
+    if variant == "alloc_loc":
+        out = assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps, out=garbage)
+    else:
+        out = assign_tree_draft_slots_from_free_pages(rpi, pools.req_to_token, seq_lens, free, page, topk, steps,
+                                                      out=garbage)
     assert out is garbage
     assert_same(out, ref, pools.req_to_token, r2t_ref)
 
 
-def test_empty_batch():
+@pytest.mark.parametrize("fn", [assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages])
+def test_empty_batch(fn):
     r2t = torch.zeros(2, 8, dtype=torch.int32)
     e = torch.zeros(0, dtype=torch.int64)
-    out = assign_tree_draft_slots(e, r2t, e, e, 4, 3, 2)
+    with capture_specializations(_assign_tree_draft_slots_kernel) as specs:
+        out = fn(e, r2t, e, e, 4, 3, 2)
+    assert specs == []
     assert out.out_cache_loc.numel() == out.src_loc.numel() == 0
     assert r2t.eq(0).all()
 
@@ -239,14 +269,20 @@ def test_empty_batch():
     (16, 3, 8, [15, 1, 17, 32, 9]),
     (2, 10, 1, [1, 2, 3, 4, 5, 6, 7]),
 ])
-def test_assignment_is_program_order_independent(page, topk, steps, lens):
-    pools, rpi, seq_lens, alloc_loc, _ = build_case(page, topk, steps, lens, seed=11)
+@pytest.mark.parametrize("variant", ["alloc_loc", "free pages"])
+def test_assignment_is_program_order_independent(page, topk, steps, lens, variant):
+    """The free-page variant also reads each prefix's last slot from the rows the launch writes:
+    only from the program's own row, below where it writes."""
+    pools, rpi, seq_lens, alloc_loc, free = build_case(page, topk, steps, lens, seed=11)
     base = pools.req_to_token.clone()
     results = {}
     for order in ("forward", "reversed", "shuffled"):
         r2t = base.clone()
         with program_order(order, seed=5) as launches:
-            out = assign_tree_draft_slots(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+            if variant == "alloc_loc":
+                out = assign_tree_draft_slots(rpi, r2t, seq_lens, alloc_loc, page, topk, steps)
+            else:
+                out = assign_tree_draft_slots_from_free_pages(rpi, r2t, seq_lens, free, page, topk, steps)
         ran = [p[0] for p in launches[0]]
         assert sorted(ran) == list(range(len(lens)))
         if order == "reversed":
@@ -271,3 +307,12 @@ def test_assignment_specialization_independent_of_contents():
             assign_tree_draft_slots(rpi, pools.req_to_token, seq_lens, alloc_loc, page, topk, steps)
     assert len(specs) == len(cases)
     assert all(s == specs[0] for s in specs[1:]), specs
+    # the free-page variant: its own single specialization, whatever the free list's offset
+    with capture_specializations(_assign_tree_draft_slots_kernel) as fast:
+        for pools, rpi, seq_lens, _, free in built:
+            assert len(free) - 3 >= int(new_pages(seq_lens, page, topk, steps).sum())  # room at every offset
+            for offset in (0, 1, 3):
+                assign_tree_draft_slots_from_free_pages(rpi, pools.req_to_token.clone(), seq_lens, free[offset:],
+                                                        page, topk, steps)
+    assert len(fast) == 3 * len(cases) and all(s == fast[0] for s in fast[1:]), fast
+    assert fast[0] != specs[0]

@@ -1,5 +1,6 @@
 """In-place-safe KV row moves (the post-verify compaction's ``move_kv_cache``): SGLang's results."""
 
+import inspect
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -11,7 +12,7 @@ from helpers.interpreter_order import ORDERS, capture_specializations, program_o
 from helpers.pools import make_pools  # noqa: E402
 from sglang_eagle_paged.harness import verify_compaction_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.duplicate import KVBufferTable  # noqa: E402
-from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel, move_kv_rows  # noqa: E402
+from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel, move_kv_rows  # noqa: E402
 from sglang_eagle_paged.kernels.reference import move_kv_rows_ref  # noqa: E402
 from test_kernel_duplicate import randomize  # noqa: E402
 
@@ -74,6 +75,36 @@ def test_chunks_run_in_order_like_sglang():
         assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
 
 
+@pytest.mark.parametrize("chunk", [128, 256])
+def test_cycle_across_a_chunk_boundary_with_the_pool_chunk(chunk):
+    """A cycle whose pairs straddle a chunk boundary: the later chunk sees the earlier one's writes."""
+    _, buffers = pool_buffers(layers=1, size=1024, seed=9)
+    src = torch.arange(600, 600 + chunk + 3)
+    tgt = torch.arange(300, 300 + chunk + 3)
+    src[chunk - 2:chunk + 1] = torch.tensor([70, 71, 72])  # 70->a, 71->b | 72->c in the next chunk
+    tgt[chunk - 2:chunk + 1] = torch.tensor([71, 72, 70])
+    want = expected_after(buffers, tgt, src, chunk=chunk)
+    assert not all(torch.equal(a, b) for a, b in zip(want, expected_after(buffers, tgt, src, chunk=10_000)))
+    with program_order("reversed"):
+        move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src, chunk=chunk)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
+
+
+def test_rows_of_several_tiles_and_of_different_lengths():
+    """Rows wider than one program's tile, and a shorter buffer whose last tiles have nothing to do."""
+    gen = torch.Generator().manual_seed(11)
+    buffers = [torch.randint(-2**15, 2**15, (128, 4, 16), generator=gen, dtype=torch.int16).view(torch.bfloat16),
+               torch.randint(-2**15, 2**15, (128, 2, 4), generator=gen, dtype=torch.int16).view(torch.bfloat16)]
+    src, tgt = torch.tensor([5, 6, 7, 9, 100]), torch.tensor([6, 7, 5, 100, 9])
+    want = expected_after(buffers, tgt, src)
+    table = KVBufferTable.from_buffers(buffers)
+    assert table.row_elems.tolist() == [16, 2]  # 8-byte lanes: four tiles of 4 for K, part of one for V
+    move_kv_rows(table, tgt, src)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
+
+
 @pytest.mark.parametrize("dtype,head_dim", [(torch.bfloat16, 8), (torch.float32, 3), (torch.uint8, 5)])
 def test_row_widths_and_untouched_rows(dtype, head_dim):
     _, buffers = pool_buffers(layers=3, head_dim=head_dim, dtype=dtype, seed=7)
@@ -87,11 +118,19 @@ def test_row_widths_and_untouched_rows(dtype, head_dim):
 def test_pair_count_never_compiles_a_new_variant():
     _, buffers = pool_buffers(layers=1, seed=1)
     table = KVBufferTable.from_buffers(buffers)
-    with capture_specializations(_stage_rows_kernel) as specs:
-        for n in (1, 3, 17, 64, 100):
+    with capture_specializations(_move_rows_kernel) as specs:
+        for n in (1, 3, 17, 64, 100, 256, 300):
             move_kv_rows(table, torch.arange(200, 200 + n), torch.arange(n))
-    # a gather and a scatter launch per move; the pair count never enters the specialisation
-    assert len(specs) == 10 and len({str(s) for s in specs}) == 2, specs
+    # one launch per chunk (300 pairs: two); the pair count never enters the specialisation
+    assert len(specs) == 8 and len({str(s) for s in specs}) == 1, specs
+
+
+def test_barrier_sits_between_the_tile_load_and_its_store():
+    """The interpreter runs a program's tile as one array operation, so no result here can show
+    one warp storing before another has loaded; on a GPU the CTA barrier prevents it."""
+    src = inspect.getsource(_move_rows_kernel.fn)
+    assert src.count("tl.store(") == 1 and src.count("tl.debug_barrier()") == 1
+    assert src.index("vals = tl.load(") < src.index("tl.debug_barrier()") < src.index("tl.store(")
 
 
 def test_empty_and_mismatched():

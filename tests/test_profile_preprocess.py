@@ -1,5 +1,5 @@
 """CPU checks of scripts/profile_preprocess.py: the distribution summary, and that its parts are
-the preprocess's own calls on the same inputs (the free-list path, whose slots the whole call uses)."""
+the preprocess's own calls on the same inputs (the free-list path, whose launch the whole call makes)."""
 
 import importlib.util
 import sys
@@ -36,10 +36,11 @@ def test_parts_reproduce_the_whole_call(pp):
 
     h, worker, batch = pp.bk.preprocess_case(2, 16, 4, 5)
     parts = pp.parts(worker, batch)
-    assert list(parts) == ["allocate", "assign", "copy", "positions"]
-    slots, state = parts["allocate"]()
-    assert state is None  # the free-list path, which the probe is about
+    assert list(parts) == ["free_list", "assign", "copy", "positions"]
+    free = h.allocator.free_pages
+    assert parts["free_list"]() is free  # the free-list path, which the probe is about
     layout = parts["assign"]()
+    assert h.allocator.free_pages is free  # nothing allocated
     draft_preprocess_decode(worker, batch, Mode.ON)
     # The whole call assigns from the same free-list slots, so the same out_cache_loc.
     assert torch.equal(batch.out_cache_loc, layout.out_cache_loc)

@@ -14,8 +14,7 @@ from helpers.interpreter_order import capture_specializations
 from sglang_eagle_paged.harness import PagedTreeHarness
 from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
 from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
-from sglang_eagle_paged.kernels.move_rows import _stage_rows_kernel
-from sglang_eagle_paged.kernels.tree_alloc import _tree_alloc_kernel
+from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel
 from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
 from sglang_eagle_paged import kv_copy
 from sglang_eagle_paged.mode import Mode
@@ -32,7 +31,7 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     with capture_specializations(_assign_tree_draft_slots_kernel) as a_warm, \
             capture_specializations(_duplicate_kv_kernel) as d_warm:
         warm_up(h.worker)
-    assert len(a_warm) == 1 and len(d_warm) == 1
+    assert len(a_warm) == 2 and len(d_warm) == 1  # the assignment from alloc_loc and from the free pages
 
     rng = random.Random(page * topk)
     with capture_specializations(_assign_tree_draft_slots_kernel) as a_serve, \
@@ -48,38 +47,45 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     assert _keys(d_serve) <= _keys(d_warm)
 
 
-@pytest.mark.parametrize("path", ["fast", "fallback"])
 @pytest.mark.parametrize("page,topk,steps", [(16, 4, 3), (64, 8, 5)])
-def test_allocation_kernels_are_compiled_at_start_up(page, topk, steps, path):
-    """The free-page kernel (SGLang's paged allocator, debug mode off) and the allocator-inputs
-    kernel of SGLang's allocation (the fallback; here through the allocator's debug mode)."""
-    kernel = _tree_alloc_kernel if path == "fast" else _tree_extension_kernel
-    h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
-    h.allocator.debug_mode = path == "fallback"
-    with capture_specializations(kernel) as warm:
-        warm_up(h.worker)
-    assert len(warm) == 1
-    rng = random.Random(page + topk)
-    with capture_specializations(kernel) as serve:
-        for bs in (1, 3, 5):
-            rows = [h.add_request(rng.choice([1, page - 1, page, page + 1, rng.randint(1, 4 * page)]))
-                    for _ in range(bs)]
-            draft_preprocess_decode(h.worker, h.batch(rows), Mode.ON)
-            for r in rows:
-                h.finish_request(r)
-    assert len(serve) == 3 and _keys(serve) <= _keys(warm)
+def test_allocation_kernels_are_compiled_at_start_up(page, topk, steps):
+    """Both paths' kernels: the assignment's free-page variant (SGLang's paged allocator, debug
+    mode off), and the allocator-inputs kernel with the assignment's alloc_loc variant (SGLang's
+    allocation, the fallback; here through the allocator's debug mode). Each path serves
+    from one variant of the assignment, not the other's, and warm-up compiled both."""
+    served = {}
+    for path in ("fast", "fallback"):
+        h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
+        h.allocator.debug_mode = path == "fallback"
+        with capture_specializations(_assign_tree_draft_slots_kernel) as a_warm, \
+                capture_specializations(_tree_extension_kernel) as e_warm:
+            warm_up(h.worker)
+        assert len(_keys(a_warm)) == 2 and len(e_warm) == 1
+        rng = random.Random(page + topk)
+        with capture_specializations(_assign_tree_draft_slots_kernel) as a_serve, \
+                capture_specializations(_tree_extension_kernel) as e_serve:
+            for bs in (1, 3, 5):
+                rows = [h.add_request(rng.choice([1, page - 1, page, page + 1, rng.randint(1, 4 * page)]))
+                        for _ in range(bs)]
+                draft_preprocess_decode(h.worker, h.batch(rows), Mode.ON)
+                for r in rows:
+                    h.finish_request(r)
+        assert len(a_serve) == 3 and _keys(a_serve) <= _keys(a_warm)
+        assert len(e_serve) == (3 if path == "fallback" else 0) and _keys(e_serve) <= _keys(e_warm)
+        served[path] = _keys(a_serve)
+    assert len(served["fast"]) == len(served["fallback"]) == 1 and served["fast"] != served["fallback"]
 
 
 def test_post_verify_move_is_compiled_at_start_up():
-    """The target pool's compaction kernel (gather and scatter) compiles in warm-up, not at the first verify."""
+    """The target pool's compaction kernel (one launch per chunk) compiles in warm-up, not at the first verify."""
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2, kv_copy=True)
-    with capture_specializations(_stage_rows_kernel) as warm:
+    with capture_specializations(_move_rows_kernel) as warm:
         warm_up(h.worker)
-    assert len(warm) == 2
-    with capture_specializations(_stage_rows_kernel) as serve:
+    assert len(warm) == 1
+    with capture_specializations(_move_rows_kernel) as serve:
         for n in (1, 7, 40):  # accepted-token totals of three verify steps
             kv_copy.move_kv_cache_hook(None, h.kv_pool, torch.arange(100, 100 + n), torch.arange(200, 200 + n))
-    assert len(serve) == 6 and _keys(serve) <= _keys(warm)
+    assert len(serve) == 3 and _keys(serve) <= _keys(warm)
 
 
 def test_warm_up_leaves_kv_and_allocator_untouched():
@@ -99,12 +105,10 @@ def test_warm_up_leaves_kv_and_allocator_untouched():
 def test_warm_up_skips_configurations_sglang_handles():
     h = PagedTreeHarness(1, 4, 3, num_tokens=4096)
     with capture_specializations(_assign_tree_draft_slots_kernel) as specs, \
-            capture_specializations(_tree_extension_kernel) as ext_specs, \
-            capture_specializations(_tree_alloc_kernel) as alloc_specs:
+            capture_specializations(_tree_extension_kernel) as ext_specs:
         warm_up(h.worker)
     assert specs == []
     assert ext_specs == []
-    assert alloc_specs == []
 
 
 @pytest.mark.parametrize("page,handled", [(16, "ours"), (1, "SGLang's")])

@@ -538,11 +538,16 @@ def _boom(*args, **kwargs):
 
 @pytest.mark.parametrize("page,topk,steps,lens", ALLOC_CASES)
 def test_fast_path_equals_sglangs_allocation_and_changes_nothing(monkeypatch, page, topk, steps, lens):
-    """SGLang's own paged allocator, debug mode off, room in the free list: the slots SGLang's
-    allocation hands out, read without eviction, backup, alloc_extend or restore; the
-    allocator keeps its very tensors. SGLang's path, once restored, also leaves them as before."""
+    """SGLang's own paged allocator, debug mode off, room in the free list: the draft step assigns
+    the slots SGLang's allocation hands out, read in the assignment's one launch without eviction,
+    backup, alloc_extend, restore or the free-page kernel; the allocator keeps its very tensors.
+    SGLang's path, once restored, also leaves them as before."""
+    from helpers.interpreter_order import capture_specializations
     from sglang_eagle_paged import compat
-    from sglang_eagle_paged.worker import _allocate_tree_extension
+    from sglang_eagle_paged.kernels import assign_tree_draft_slots
+    from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
+    from sglang_eagle_paged.kernels.tree_alloc import _tree_alloc_kernel
+    from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
 
     ours_h, theirs_h, rows = twin_harnesses(page, topk, steps, lens)
     a = ours_h.allocator
@@ -555,18 +560,26 @@ def test_fast_path_equals_sglangs_allocation_and_changes_nothing(monkeypatch, pa
     monkeypatch.setattr(compat, "alloc_paged_token_slots_extend", _boom)
     ours_h.tree_cache.evict = _boom
 
-    ours, ours_state = _allocate_tree_extension(ours_h.worker, ours_h.batch(rows))
-    assert ours_state is None and ours_args == []
+    launched = [capture_specializations(k) for k in (_assign_tree_draft_slots_kernel, _tree_alloc_kernel,
+                                                     _tree_extension_kernel)]
+    with launched[0] as assign_specs, launched[1] as alloc_specs, launched[2] as ext_specs:
+        ours, _, _ = run_ours(ours_h, rows)
+    assert len(assign_specs) == 1 and alloc_specs == [] and ext_specs == []  # one launch, no slot tensor
+    assert ours_args == []
     assert a.free_pages is free and a.release_pages is release
     assert torch.equal(free, free_copy) and torch.equal(release, release_copy)
     monkeypatch.undo()
 
     t = theirs_h.allocator
-    theirs, theirs_state = sglang_allocate_tree_extension(theirs_h, theirs_h.batch(rows))
+    theirs_batch = theirs_h.batch(rows)
+    alloc_loc, theirs_state = sglang_allocate_tree_extension(theirs_h, theirs_batch)
     assert t.free_pages.numel() < free_copy.numel()  # SGLang's path took pages ...
     t.restore_state(theirs_state)
     assert torch.equal(t.free_pages, free_copy) and torch.equal(t.release_pages, release_copy)  # ... and gave them back
-    assert ours.dtype == theirs.dtype and torch.equal(ours, theirs)
+    theirs = assign_tree_draft_slots(theirs_batch.req_pool_indices, theirs_h.req_to_token_pool.req_to_token,
+                                     theirs_batch.seq_lens, alloc_loc, page, topk, steps)
+    assert torch.equal(ours.out_cache_loc, theirs.out_cache_loc)
+    assert torch.equal(ours_h.req_to_token_pool.req_to_token, theirs_h.req_to_token_pool.req_to_token)
 
 
 @pytest.mark.parametrize("page,topk,steps,lens", ALLOC_CASES)
@@ -710,7 +723,10 @@ def test_fallback_for_debug_mode_and_other_allocators(why, monkeypatch, caplog):
 
 
 def _allocate_tree_extension_and_restore(h, rows):
-    from sglang_eagle_paged.worker import _allocate_tree_extension
+    """The allocation of a draft round, as the step decides it (the refusal reported again)."""
+    from sglang_eagle_paged.worker import _allocate_tree_extension, _readable_free_pages
 
-    _, state = _allocate_tree_extension(h.worker, h.batch(rows))
+    batch = h.batch(rows)
+    assert _readable_free_pages(h.worker, batch) is None
+    _, state = _allocate_tree_extension(h.worker, batch)
     h.allocator.restore_state(state)

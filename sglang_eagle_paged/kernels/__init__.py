@@ -1,7 +1,9 @@
 """Triton kernels for paged tree drafting, each with a plain-torch reference.
 
 - :mod:`.assign`    fills ``req_to_token`` for every branch, the draft slots and
-  the (source, target) pairs of the last-page duplication, in one launch.
+  the (source, target) pairs of the last-page duplication, in one launch, from the
+  allocator's output or (``assign_tree_draft_slots_from_free_pages``) straight from
+  its free pages.
 - :mod:`.duplicate` copies every pair for every K/V buffer of a pool in one launch.
 - :mod:`.reference` the same two operations in plain torch, for the tests.
 - :mod:`.expand_metadata` FA3's tree-draft "expand" metadata, in one launch.
@@ -11,12 +13,14 @@
   tree-draft extension, in one launch.
 - :mod:`.tree_alloc` the slots the paged allocator would hand out for a tree-draft
   extension, read from its free pages without allocating, in one launch.
+- :mod:`.free_page_slots` the formula of those slots, as Triton helpers that
+  :mod:`.tree_alloc` and :mod:`.assign` share.
 
 Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
 (``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels).
 """
 
-from .assign import TreeDraftLayout, assign_tree_draft_slots, pair_capacity
+from .assign import TreeDraftLayout, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, pair_capacity
 from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
 from .duplicate import KVBufferTable, duplicate_kv_pairs
 from .tree_alloc import tree_slots_from_free_pages
@@ -25,6 +29,7 @@ from .tree_extension import TreeExtension, tree_extension
 __all__ = [
     "TreeDraftLayout",
     "assign_tree_draft_slots",
+    "assign_tree_draft_slots_from_free_pages",
     "pair_capacity",
     "KVBufferTable",
     "duplicate_kv_pairs",

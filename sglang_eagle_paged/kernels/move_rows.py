@@ -1,4 +1,4 @@
-"""In-place-safe KV row moves for every K/V buffer of an MHA pool: gather, then scatter.
+"""In-place-safe KV row moves for every K/V buffer of an MHA pool: one launch per chunk.
 
 SGLang calls ``MHATokenToKVPool.move_kv_cache`` outside the draft step too: after
 a paged tree verify (``page_size > 1``, ``topk > 1``) it moves each request's
@@ -7,72 +7,81 @@ pair's source. SGLang's ``copy_all_layer_kv_cache_tiled`` is "safe for in-place
 copy" because each program loads all pairs (at most 256) before it stores any,
 and larger moves go in chunks of 256, one after the other. The price is a
 ``tl.constexpr`` pair count rounded to a power of two: a Triton compile (hundreds
-of ms, mid-serving) for every new bucket of accepted-token totals, and one byte
-tile of all pairs per program, about 15 GB/s.
+of ms, mid-serving) for every new bucket of accepted-token totals.
 
-:func:`move_kv_rows` keeps exactly those semantics (all reads of a chunk before
-its writes, chunks in order) by staging: one launch gathers the chunk's source
-rows of every buffer into a scratch tensor, a second scatters them to the
-targets. The pair count is a runtime argument, so nothing ever recompiles, and
-each program moves whole rows with wide loads, like :mod:`.duplicate`.
+:func:`move_kv_rows` keeps those semantics (all reads of a chunk before its
+writes, chunks in order) with one launch per chunk and no scratch tensor: the
+launch runs every verify round on a host-bound server, so each launch and each
+allocation costs serving time. A program owns one (buffer, element tile) for all
+pairs of the chunk; programs touch disjoint bytes, so reading the whole tile
+before storing it orders every read of the chunk before its writes. Within a
+program the warps would still race (one warp's store to a row another warp has
+yet to load), hence a CTA barrier between the load and the store.
+
+Only configuration values are constexpr: the chunk (a pool setting, 256 or 128)
+sets the tile's pair axis, and the pair count stays a runtime argument, so no
+accepted-token total ever compiles a variant. The whole chunk's tile sits in registers
+between the load and the store, so it is kept narrow: 64 bytes of each of the chunk's
+rows, 16 registers of data per thread (see ``_TILE_ROW_BYTES``).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from .duplicate import _TL_TYPES, _INT_TYPES, KVBufferTable
+from .duplicate import _TL_TYPES, KVBufferTable
 
 # SGLang's chunk (``_kv_copy_config["num_locs_upper"]``): reads of a chunk happen before
 # its writes, chunks run in order. Kept so that overlapping moves give SGLang's result.
 CHUNK = 256
 
+# A program's tile is 64 bytes of each of the chunk's rows: at 8 warps and a chunk of 256,
+# 64 B (16 registers) of data a thread, as at 32 B and 4 warps, but half the programs, each
+# of which reloads the chunk's indices (an H200 moved 256 rows x 64 buffers of 2 KiB in
+# 24 us against 28). Past 16 elements a row, narrow lanes (rows not a multiple of 4 or 8
+# bytes) would each add a 64-bit address per thread: the cap keeps those variants unspilled.
+_TILE_ROW_BYTES = 64
+_MAX_BLOCK_E = 16
+_NUM_WARPS = 8
+
 
 @triton.jit(do_not_specialize=["num_pairs"])
-def _stage_rows_kernel(
+def _move_rows_kernel(
     buf_ptrs,        # [n_buffers] int64 base addresses
     buf_row_elems,   # [n_buffers] int64 row length in ELEM units
-    loc,             # [num_pairs] rows to read (GATHER) or write (scatter)
-    staging,         # [n_buffers, num_pairs, ROW_ELEMS_MAX]
-    num_pairs,
-    GATHER: tl.constexpr,
+    src_loc,
+    tgt_loc,
+    num_pairs,       # <= CHUNK_POW2
     ELEM: tl.constexpr,
-    ROW_ELEMS_MAX: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    CHUNK_POW2: tl.constexpr,
     BLOCK_E: tl.constexpr,
 ):
-    pid_p = tl.program_id(0)
+    pid_e = tl.program_id(0)
     buf = tl.program_id(1)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    rows = tl.load(loc + offs_p, mask=offs_p < num_pairs, other=-1).to(tl.int64)
-    # SGLang's callers never pass a negative slot; skipping one beats writing before the buffer.
-    live = rows >= 0
-    base = tl.load(buf_ptrs + buf).to(tl.pointer_type(ELEM))
     row = tl.load(buf_row_elems + buf)
-    stage = staging + (buf * num_pairs + offs_p.to(tl.int64)) * ROW_ELEMS_MAX
-    for e0 in tl.static_range(0, ROW_ELEMS_MAX, BLOCK_E):
-        offs_e = e0 + tl.arange(0, BLOCK_E)
-        m = live[:, None] & (offs_e < row)[None, :]
-        pool_ptr = base + rows[:, None] * row + offs_e[None, :]
-        stage_ptr = stage[:, None] + offs_e[None, :]
-        if GATHER:
-            tl.store(stage_ptr, tl.load(pool_ptr, mask=m), mask=m)
-        else:
-            tl.store(pool_ptr, tl.load(stage_ptr, mask=m), mask=m)
+    if pid_e * BLOCK_E >= row:
+        return  # past this buffer's (shorter) row; the whole program leaves, so the barrier still holds
+    offs_p = tl.arange(0, CHUNK_POW2)
+    in_range = offs_p < num_pairs
+    src = tl.load(src_loc + offs_p, mask=in_range, other=-1).to(tl.int64)
+    tgt = tl.load(tgt_loc + offs_p, mask=in_range, other=-1).to(tl.int64)
+    # SGLang's callers never pass a negative slot; skipping the pair beats touching memory before the buffer.
+    live = (src >= 0) & (tgt >= 0)
+    base = tl.load(buf_ptrs + buf).to(tl.pointer_type(ELEM))
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    m = live[:, None] & (offs_e < row)[None, :]
+    vals = tl.load(base + src[:, None] * row + offs_e[None, :], mask=m)
+    # No warp stores before every warp of the program has loaded: otherwise one could overwrite
+    # a row (a cycle's next source) that another has yet to read. The interpreter runs a
+    # program's tile as one array operation, so the tests cannot show this race.
+    tl.debug_barrier()
+    tl.store(base + tgt[:, None] * row + offs_e[None, :], vals, mask=m)
 
 
-def _stage(table: KVBufferTable, loc: torch.Tensor, staging: torch.Tensor, gather: bool) -> None:
-    n = loc.numel()
-    grid = (triton.cdiv(n, table.block_p), len(table.keys))
-    _stage_rows_kernel[grid](
-        table.ptrs, table.row_elems, loc, staging, n,
-        GATHER=gather,
-        ELEM=_TL_TYPES[table.elem_bytes],
-        ROW_ELEMS_MAX=table.row_elems_max,
-        BLOCK_P=table.block_p,
-        BLOCK_E=table.block_e,
-        num_warps=4,
-    )
+def _block_e(table: KVBufferTable) -> int:
+    # no wider than the row, so that short rows (tests, tiny models) do not mask most lanes
+    return min(max(1, _TILE_ROW_BYTES // table.elem_bytes), _MAX_BLOCK_E,
+               triton.next_power_of_2(table.row_elems_max))
 
 
 def move_kv_rows(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: torch.Tensor,
@@ -88,10 +97,15 @@ def move_kv_rows(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: torch.Ten
         raise ValueError(f"tgt_loc has {n} entries, src_loc {src_loc.numel()}")
     if n == 0:
         return
-    dtype = _INT_TYPES[table.elem_bytes]
+    block_e = _block_e(table)
+    grid = (triton.cdiv(table.row_elems_max, block_e), len(table.keys))
+    elem, chunk_pow2 = _TL_TYPES[table.elem_bytes], triton.next_power_of_2(chunk)
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
-        staging = torch.empty((len(table.keys), end - start, table.row_elems_max), dtype=dtype,
-                              device=tgt_loc.device)
-        _stage(table, src_loc[start:end], staging, gather=True)
-        _stage(table, tgt_loc[start:end], staging, gather=False)
+        _move_rows_kernel[grid](
+            table.ptrs, table.row_elems, src_loc[start:end], tgt_loc[start:end], end - start,
+            ELEM=elem,
+            CHUNK_POW2=chunk_pow2,
+            BLOCK_E=block_e,
+            num_warps=_NUM_WARPS,
+        )

@@ -10,32 +10,25 @@ count) and restore the allocator before the draft forward runs. That is about
 power-of-two batch size compiles a new variant mid-serving.
 
 :func:`tree_slots_from_free_pages` writes what ``PagedTokenToKVPoolAllocator.alloc_extend``
-would return for the extension (``prefix_lens = seq_lens``, the tree's page-aligned
-new lengths, ``last_loc`` from ``req_to_token``), without changing any allocator
-state. Per request ``r`` (``prefix = seq_lens[r]``, ``last = prefix % page``)::
+would return for the extension (the formula: :mod:`.free_page_slots`), without changing any
+allocator state. The draft step itself does not build this tensor: its assignment kernel
+evaluates the same helpers where it uses each slot
+(:func:`.assign.assign_tree_draft_slots_from_free_pages`). This launch is the formula on its
+own, which the tests compare with SGLang's real ``alloc_extend``.
 
-    part 1: last_loc + 1 ... (page - last slots, when last > 0: the rest of the partial page)
-    part 2: free_pages[page_offset[r] + k // page] * page + k % page, for the remaining slots
-
-with ``out`` and ``page_offset`` exclusive prefix sums over the requests before ``r`` of
-``extend_len`` and ``new_pages`` (:func:`.layout.new_pages`). The new length is page-aligned,
-so SGLang's part 3 (a new partial page) never happens.
-
-One program per request, as in :mod:`.assign`: each sums the requests before it in
-blocks of a fixed size in a runtime loop (a few hundred requests: one to three
-iterations), so the batch size is no constexpr. The constexprs are configuration
-values only; the batch size, strides and pointer alignment are not specialised on
-(``free_pages`` is a slice of a slice, at any offset), so no batch compiles a new variant.
+One program per request, as in :mod:`.assign`. The constexprs are configuration values only;
+the batch size, strides and pointer alignment are not specialised on (``free_pages`` is a
+slice of a slice, at any offset), so no batch compiles a new variant.
 """
 
 import torch
 import triton
 import triton.language as tl
 
+from .free_page_slots import BLOCK_BS, _extension_shape, _free_page_slots, _last_loc, _request_starts
 from .layout import check_tree_config
 
 BLOCK = 1024     # output slots per loop iteration: page 128, topk 8 takes at most two
-BLOCK_BS = 128   # earlier requests summed per loop iteration
 
 _RUNTIME_INTS = ["sl_stride", "rpi_stride", "rtt_stride0", "rtt_stride1", "fp_stride"]
 _POINTERS = ["seq_lens", "req_pool_indices", "req_to_token", "free_pages", "out_cache_loc"]
@@ -55,38 +48,17 @@ def _tree_alloc_kernel(
     BLOCK_BS: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    # Lengths are never negative, so Triton's truncating // is torch's floor division.
-    out_start = tl.full([], 0, tl.int64)
-    page_start = tl.full([], 0, tl.int64)
-    for b0 in range(0, pid, BLOCK_BS):
-        offs = b0 + tl.arange(0, BLOCK_BS)
-        earlier = offs < pid
-        lens = tl.load(seq_lens + offs.to(tl.int64) * sl_stride, mask=earlier, other=0).to(tl.int64)
-        last = lens % page_size
-        pages = (last + steps + page_size - 1) // page_size
-        out_start += tl.sum(tl.where(earlier, pages * (page_size * topk) - last, 0), axis=0)
-        # The partial page a prefix already holds is not a new page.
-        page_start += tl.sum(tl.where(earlier, pages * topk - (last > 0).to(tl.int64), 0), axis=0)
-
+    out_start, page_start = _request_starts(seq_lens, sl_stride, pid, page_size, topk, steps, BLOCK_BS)
     prefix = tl.load(seq_lens + pid.to(tl.int64) * sl_stride).to(tl.int64)
-    last = prefix % page_size
-    pages = (last + steps + page_size - 1) // page_size
-    extend_len = pages * (page_size * topk) - last
-    # SGLang's min(new_len, ceil(prefix / page) * page) - prefix: the new length reaches
-    # at least the end of the partial page, so this is all of its free rest.
-    part1 = tl.where(last > 0, page_size - last, 0)
+    last, _, extend_len, _ = _extension_shape(prefix, page_size, topk, steps)
     req = tl.load(req_pool_indices + pid.to(tl.int64) * rpi_stride).to(tl.int64)
-    last_loc = tl.load(req_to_token + req * rtt_stride0 + (prefix - 1) * rtt_stride1,
-                       mask=last > 0, other=0).to(tl.int64)
+    last_loc = _last_loc(req_to_token + req * rtt_stride0, rtt_stride1, prefix, last)
 
     out = out_cache_loc + out_start
     for j0 in range(0, extend_len, BLOCK):
         o = j0 + tl.arange(0, BLOCK).to(tl.int64)
         live = o < extend_len
-        whole = o >= part1
-        k = tl.where(whole, o - part1, 0)
-        page_id = tl.load(free_pages + (page_start + k // page_size) * fp_stride, mask=live & whole, other=0)
-        loc = tl.where(whole, page_id.to(tl.int64) * page_size + k % page_size, last_loc + 1 + o)
+        loc = _free_page_slots(o, live, last, last_loc, free_pages, fp_stride, page_start, page_size)
         tl.store(out + o, loc, mask=live)
 
 
