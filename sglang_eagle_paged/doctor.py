@@ -63,7 +63,8 @@ def _self_test(device: str) -> str:
     duplicate_kv_pairs(KVBufferTable.from_buffers(dev_bufs), got.tgt_loc, got.src_loc)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
         return "duplication kernel differs from the reference"
-    return _self_test_tree_extension(device) or _self_test_move(device) or _self_test_fa3_metadata(device)
+    return (_self_test_tree_extension(device) or _self_test_move(device) or _self_test_fa3_metadata(device)
+            or _self_test_verify_bookkeeping(device))
 
 
 def _tree_inputs():
@@ -203,6 +204,26 @@ def _self_test_fa3_metadata(device: str) -> str:
     return ""
 
 
+def _self_test_verify_bookkeeping(device: str) -> str:
+    """The paged verify's bookkeeping kernel on random verifies (accepted tokens ending mid-page,
+    on a page boundary and past it), against the eager ops it replaces."""
+    import torch
+
+    from .harness import verify_bookkeeping_inputs
+    from .kernels.verify_bookkeeping import src_and_free_counts
+    from .verify_compaction import src_tgt_cache_loc_eager
+
+    gen = torch.Generator().manual_seed(0)
+    for bs, draft_tokens, page in ((1, 8, 16), (37, 64, 64), (9, 6, 2)):
+        args = verify_bookkeeping_inputs(gen, bs, draft_tokens, page)
+        want = src_tgt_cache_loc_eager(*args, draft_tokens, page)
+        got = src_and_free_counts(*(a.to(device) for a in args), draft_tokens, page)
+        if not (torch.equal(got[0].cpu(), want[0]) and torch.equal(got[2].cpu(), want[2])
+                and got[2].dtype == want[2].dtype):
+            return "verify bookkeeping kernel differs from the eager ops"
+    return ""
+
+
 def run(args) -> int:
     import torch
 
@@ -261,7 +282,7 @@ def run(args) -> int:
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
         ok &= _line(not err, label, err or "tree extension, free-list slots, assignment, duplication, "
-                                          "post-verify move and FA3 metadata match their torch references")
+                                          "post-verify move, verify bookkeeping and FA3 metadata match their torch references")
     print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
     return 0 if ok else 1
 

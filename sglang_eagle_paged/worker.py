@@ -165,8 +165,13 @@ def warm_up(worker) -> None:
 
     pools = compat.worker_kv_pools(worker)
     duplicate_in_pool(pools["draft"], layout.tgt_loc, layout.src_loc)
-    # The post-verify compaction's kernel, on the target pool (the first verify would compile it).
+    # The post-verify compaction's kernels (the first verify would compile them): the move on the
+    # target pool, and the bookkeeping, which falls back to eager ops if it cannot compile here.
     warm_up_moves(pools["target"])
+    from . import verify_compaction
+
+    draft_tokens = getattr(worker, "speculative_num_draft_tokens", None) or steps + 1
+    verify_compaction.warm_up(device, draft_tokens, page)
 
 
 def worker_init_hook(result, worker, *args, **kwargs):

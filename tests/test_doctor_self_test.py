@@ -81,3 +81,16 @@ def test_wrong_free_page_assignment_is_caught(monkeypatch, shift):
 
     monkeypatch.setattr(module, "assign_tree_draft_slots_from_free_pages", off)
     assert "free-page assignment kernel" in doctor._self_test_tree_alloc("cpu")
+
+
+def test_wrong_verify_bookkeeping_is_caught(monkeypatch):
+    """The paged verify's bookkeeping kernel, freeing one slot too many."""
+    module = _module("verify_bookkeeping")
+    real = module.src_and_free_counts
+
+    def one_more(*args):
+        src, tgt, free = real(*args)
+        return src, tgt, free + 1
+
+    monkeypatch.setattr(module, "src_and_free_counts", one_more)
+    assert "verify bookkeeping kernel" in doctor._self_test("cpu")

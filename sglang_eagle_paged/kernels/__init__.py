@@ -15,9 +15,14 @@
   extension, read from its free pages without allocating, in one launch.
 - :mod:`.free_page_slots` the formula of those slots, as Triton helpers that
   :mod:`.tree_alloc` and :mod:`.assign` share.
+- :mod:`.move_rows` the post-verify KV move (overlapping pairs, SGLang's chunked
+  read-before-write order), one launch per chunk.
+- :mod:`.verify_bookkeeping` the paged verify's source slots and per-request free
+  counts (SGLang's ``get_src_tgt_cache_loc``), in one launch.
 
 Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
-(``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels).
+(``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels,
+``sglang_eagle_paged.kv_copy`` and ``sglang_eagle_paged.verify_compaction`` for the verify's).
 """
 
 from .assign import TreeDraftLayout, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, pair_capacity
@@ -25,6 +30,7 @@ from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_
 from .duplicate import KVBufferTable, duplicate_kv_pairs
 from .tree_alloc import tree_slots_from_free_pages
 from .tree_extension import TreeExtension, tree_extension
+from .verify_bookkeeping import src_and_free_counts
 
 __all__ = [
     "TreeDraftLayout",
@@ -38,4 +44,5 @@ __all__ = [
     "TreeExtension",
     "tree_extension",
     "tree_slots_from_free_pages",
+    "src_and_free_counts",
 ]
