@@ -6,7 +6,9 @@
 #   AB_MODEL=testbed the trained 16M pair (carry its weights as tracked files), 256 tokens
 # carry: .whl .devbundle/extra                  Results: $OUT/ab.tgz (ab.json, ab.md, ab.png, logs)
 source scripts/device/prelude.sh
-GPUS=$(nvidia-smi -L | wc -l)
+# AB_LANES=1 measures one pair at a time (run 9: two host-bound 16M pairs side by side, on one host's
+# CPUs, spread their per-round ratios from 0.63 to 1.12); default: one pair per GPU, side by side.
+GPUS=${AB_LANES:-$(nvidia-smi -L | wc -l)}
 if [ "${AB_MODEL:-large}" = large ]; then
   [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
   MODEL=(--set large --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --ignore-eos
