@@ -246,6 +246,22 @@ def test_cli(tmp_path, capsys):
     assert "## p64 vs p1" in printed and "| parent | 40.0 | 40.0 | 0.0 |" in printed
 
 
+def test_compare_reads_profiles_out_of_an_e2e_record(tmp_path, capsys):
+    """``E2E_JSON:NAME``: the summary bench.e2e --profile kept for that configuration (gzipped too)."""
+    hand = tmp_path / "hand.json"
+    hand.write_text(json.dumps({"traceEvents": HAND_EVENTS}))
+    summary = prof.summarize_trace(str(hand), steps=2)
+    slower = {**summary, "wall_ms": summary["wall_ms"] * 2}
+    record = tmp_path / "e2e.json.gz"
+    with gzip.open(record, "wt") as f:
+        json.dump({"on_p1": {"profile": summary}, "on_p64": {"profile": slower}, "off_p64": {"profile": None}}, f)
+    assert prof.main(["compare", f"{record}:on_p1", f"{record}:on_p64", "--names", "p1", "p64"]) == 0
+    assert "## p64 vs p1" in capsys.readouterr().out
+    assert prof.load_summary(f"{record}:on_p64")["wall_ms"] == 2 * summary["wall_ms"]
+    with pytest.raises(SystemExit, match="no profile recorded for 'off_p64'"):
+        prof.load_summary(f"{record}:off_p64")
+
+
 # --------------------------------------------------------------------------- capture
 
 

@@ -24,6 +24,7 @@ CLI::
 
     python -m sglang_eagle_paged.bench.profile summarize TRACE [--out JSON] [--md MD]
     python -m sglang_eagle_paged.bench.profile compare A.json B.json --names p1 p64
+    python -m sglang_eagle_paged.bench.profile compare runs/x/e2e.json:on_p1 runs/x/e2e.json:on_p64 --names p1 p64
 """
 
 from __future__ import annotations
@@ -472,6 +473,20 @@ def compare_markdown(a: dict, b: dict, name_a: str, name_b: str) -> str:
 # --------------------------------------------------------------------------- CLI
 
 
+def load_summary(spec: str) -> dict:
+    """A summary JSON file, or ``E2E_JSON:NAME``: the ``profile`` that ``bench.e2e --profile`` recorded
+    for configuration ``NAME`` in its ``e2e.json`` (``.json.gz`` too)."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not Path(path).is_file():
+        return json.loads(Path(spec).read_text())
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        profile = (json.load(f).get(name) or {}).get("profile")
+    if not profile:
+        raise SystemExit(f"no profile recorded for {name!r} in {path}")
+    return profile
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sglang_eagle_paged.bench.profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -484,8 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=int, help="profiled steps (default: counted run_batch calls)")
     p.add_argument("--title", help="Markdown title (default: the trace's file name)")
     c = sub.add_parser("compare", help="side by side of two summary JSONs")
-    c.add_argument("a")
-    c.add_argument("b")
+    c.add_argument("a", help="a summary JSON, or E2E_JSON:NAME for a configuration's profile in bench.e2e's e2e.json")
+    c.add_argument("b", help="the same for the other side")
     c.add_argument("--names", nargs=2, metavar=("NAME_A", "NAME_B"), default=("A", "B"))
     c.add_argument("--md", help="write the Markdown here (else print it)")
     args = parser.parse_args(argv)
@@ -496,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
         text = markdown(summary, args.title or Path(args.trace).name)
     else:
-        a, b = (json.loads(Path(x).read_text()) for x in (args.a, args.b))
+        a, b = (load_summary(x) for x in (args.a, args.b))
         text = compare_markdown(a, b, *args.names)
     if args.md:
         Path(args.md).write_text(text)
