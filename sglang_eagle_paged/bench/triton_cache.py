@@ -15,7 +15,7 @@ from typing import Iterable
 # Kernels whose compiled variants are counted: ours, and SGLang's built-in ones that take
 # the copy length or the pair count as a constexpr.
 COUNTED_KERNELS = ("_tree_extension_kernel", "_tree_alloc_kernel", "_assign_tree_draft_slots_kernel",
-                   "_duplicate_kv_kernel", "_move_rows_kernel", "assign_draft_cache_locs",
+                   "_duplicate_kv_kernel", "_move_rows_kernel", "_src_to_free_kernel", "assign_draft_cache_locs",
                    "copy_all_layer_kv_cache_tiled")
 
 
