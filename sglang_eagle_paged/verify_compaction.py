@@ -18,6 +18,9 @@ import logging
 
 import torch
 
+from .harness import verify_bookkeeping_inputs
+from .kernels import verify_bookkeeping
+
 logger = logging.getLogger("sglang_eagle_paged")
 
 _state = {"kernel": True}
@@ -25,7 +28,7 @@ _state = {"kernel": True}
 
 def src_tgt_cache_loc_eager(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accept_index: torch.Tensor,
                             num_correct_drafts: torch.Tensor, draft_token_num: int, page_size: int):
-    """The same results in eager torch: the fallback, and what :func:`warm_up` checks against."""
+    """The same results in eager torch: the fallback, and what :func:`kernel_problem` checks against."""
     src_cache_loc = out_cache_loc[accept_index]
     # The accepted tokens (num_correct_drafts + 1 per request) end inside one page; that
     # page stays whole, every verify slot after it is freed.
@@ -40,36 +43,29 @@ def src_tgt_cache_loc(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accep
 
     0.5.11 names the fourth parameter ``num_accepted_drafts``; its callers (``eagle_info``,
     ``ngram_info``), like 0.5.12's, pass every argument by position."""
-    if _state["kernel"]:
-        from .kernels.verify_bookkeeping import src_and_free_counts
+    impl = verify_bookkeeping.src_and_free_counts if _state["kernel"] else src_tgt_cache_loc_eager
+    return impl(seq_lens, out_cache_loc, accept_index, num_correct_drafts, draft_token_num, page_size)
 
-        return src_and_free_counts(seq_lens, out_cache_loc, accept_index, num_correct_drafts,
-                                   draft_token_num, page_size)
-    return src_tgt_cache_loc_eager(seq_lens, out_cache_loc, accept_index, num_correct_drafts,
-                                   draft_token_num, page_size)
+
+def kernel_problem(args) -> str | None:
+    """Why the kernel cannot stand in for the eager ops on ``args`` (the hook's arguments): its
+    error, or a difference in the source slots or the free counts; None where it can."""
+    try:
+        got = verify_bookkeeping.src_and_free_counts(*args)
+    except Exception as exc:  # a Triton or driver error
+        return f"{type(exc).__name__}: {exc}"
+    want = src_tgt_cache_loc_eager(*args)
+    if torch.equal(got[0], want[0]) and torch.equal(got[2], want[2]) and got[2].dtype == want[2].dtype:
+        return None
+    return "its results differ from the eager ops"
 
 
 def warm_up(device, draft_token_num: int, page_size: int) -> None:
-    """Compile the kernel for this process and check it on a small verify; fall back to eager if not."""
+    """Compile the kernel for this process and check it on a few verifies; fall back to eager if not."""
     if not _state["kernel"]:
         return
-    from .kernels.verify_bookkeeping import src_and_free_counts
-
-    i64 = dict(dtype=torch.int64, device=device)
-    # Two requests: one whose accepted tokens end mid-page, one that ends on a page boundary.
-    seq_lens = torch.tensor([page_size + 1, 2 * page_size - 2], **i64)
-    num_correct = torch.tensor([min(2, draft_token_num - 1), min(1, draft_token_num - 1)],
-                               dtype=torch.int32, device=device)
-    out_cache_loc = torch.arange(2 * draft_token_num, **i64) + 7
-    accept_index = torch.cat([torch.arange(int(num_correct[r]) + 1, **i64) + r * draft_token_num for r in range(2)])
-    args = (seq_lens, out_cache_loc, accept_index, num_correct, draft_token_num, page_size)
-    try:
-        got, want = src_and_free_counts(*args), src_tgt_cache_loc_eager(*args)
-        same = all(torch.equal(g, w) for g, w in ((got[0], want[0]), (got[2], want[2]))) \
-            and got[2].dtype == want[2].dtype
-        problem = None if same else "its results differ from the eager ops"
-    except Exception as exc:  # a Triton or driver error: serve with the eager ops instead
-        problem = f"{type(exc).__name__}: {exc}"
+    inputs = verify_bookkeeping_inputs(torch.Generator().manual_seed(0), 8, draft_token_num, page_size)
+    problem = kernel_problem([t.to(device) for t in inputs] + [draft_token_num, page_size])
     if problem is not None:
         _state["kernel"] = False
         logger.warning("[sglang-eagle-paged] verify bookkeeping kernel not used (%s); eager torch ops instead",

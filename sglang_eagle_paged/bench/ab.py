@@ -24,7 +24,8 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .e2e import _warmup_questions, add_set_and_model_args, configs_of, launch, server_args, warmup_mixes
+from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
+                  warmup_mixes)
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 
@@ -265,16 +266,10 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", default="on_p1:on_p64", help="comma-separated A:B configuration names of the set")
     p.add_argument("--out", required=True, help="directory: ab.json, ab.md, ab.png, logs/")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--questions", type=int, default=80)
-    p.add_argument("--parallel", type=int, default=16)
-    p.add_argument("--parallel1-questions", type=int, default=0, help="each round also measures parallel 1 on this many")
-    p.add_argument("--max-new", type=int, default=256)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--warmup", type=int, default=16)
+    add_workload_args(p, "each round also measures parallel 1 on this many")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--mem-fraction", type=float, default=0.4, help="per server: two share a GPU")
     p.add_argument("--max-total-tokens", type=int, default=131072)
-    p.add_argument("--question-file")
     p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
     a = p.parse_args(argv)
     configs = configs_of(a)

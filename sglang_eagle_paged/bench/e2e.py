@@ -575,6 +575,17 @@ def add_set_and_model_args(p, default_set: str) -> None:
     p.add_argument("--load-format", help="e.g. dummy (random weights)")
 
 
+def add_workload_args(p, parallel1_help: str) -> None:
+    """The command-line arguments of the MT-bench workload each server is measured with."""
+    p.add_argument("--questions", type=int, default=80)
+    p.add_argument("--max-new", type=int, default=256)
+    p.add_argument("--parallel", type=int, default=16)
+    p.add_argument("--parallel1-questions", type=int, default=0, help=parallel1_help)
+    p.add_argument("--warmup", type=int, default=16)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--question-file")
+
+
 def configs_of(args) -> list:
     """The configurations of ``args.set`` (parsed with :func:`add_set_and_model_args`)."""
     return large_set(args.backend) if args.set == "large" else testbed_sets(args.backend)[args.set]
@@ -587,14 +598,9 @@ def main(argv=None) -> int:
     add_set_and_model_args(p, "core")
     p.add_argument("--only", help="comma-separated configuration names of the set")
     p.add_argument("--out", required=True, help="directory: e2e.json, logs/, profiles/")
-    p.add_argument("--questions", type=int, default=80)
-    p.add_argument("--max-new", type=int, default=256)
-    p.add_argument("--parallel", type=int, default=16)
-    p.add_argument("--parallel1-questions", type=int, default=0, help="also measure parallel 1 on this many")
-    p.add_argument("--warmup", type=int, default=16)
+    add_workload_args(p, "also measure parallel 1 on this many")
     p.add_argument("--concurrency", type=int, default=1, help="servers started together")
     p.add_argument("--gpus", type=int, default=1, help="spread each group over this many GPUs, measured side by side")
-    p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--max-total-tokens", type=int, default=131072)
     p.add_argument("--mem-fraction", type=float, default=0.5)
     p.add_argument("--profile", default="", help="comma-separated names to profile after measuring")
@@ -602,7 +608,6 @@ def main(argv=None) -> int:
                    help="profile without Python stacks: op and kernel times undistorted by stack tracing")
     p.add_argument("--no-margins", action="store_true",
                    help="speculative servers without top-2 logprobs (throughput runs: no logprob cost)")
-    p.add_argument("--question-file")
     p.add_argument("--triton-seed", action="append", default=[],
                    help="Triton cache dir (glob) of earlier servers to seed each server's cache from, "
                         "counted kernels excepted; repeatable")
