@@ -296,6 +296,9 @@ def test_scan_log():
     short = stress.scan_log("[x TP0] [sglang-eagle-paged] draft slots allocated by SGLang (the free list is short of "
                             "the extension); not logged again for this reason\n")
     assert short["plugin_other"] and short["traceback"] == 0
+    eager = stress.scan_log("[x TP0] [sglang-eagle-paged] verify bookkeeping kernel not used (RuntimeError: x); "
+                            "eager torch ops instead\n")
+    assert eager["plugin_other"]
 
 
 # SGLang 0.5.12's HTTP start-up without the optional openai_harmony package (run 4, every server).

@@ -31,8 +31,10 @@ _RE = {
     "cuda_error": re.compile(r"CUDA error|illegal memory access|device-side assert|CUBLAS_STATUS|out of memory", re.I),
     "http_error": re.compile(r"\[http_server\] Error"),
     "plugin_active": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] active: mode=(\w+)"),
-    # not active, or active with SGLang's allocation for the draft's slots (worker._report_fallback)
-    "plugin_other": re.compile(r"\[sglang-eagle-paged\] (inactive|.*=off: stock|draft slots allocated by SGLang)"),
+    # not active, or active on a fallback: SGLang's allocation for the draft's slots
+    # (worker._report_fallback), eager verify bookkeeping (verify_compaction.warm_up)
+    "plugin_other": re.compile(r"\[sglang-eagle-paged\] (inactive|.*=off: stock|draft slots allocated by SGLang"
+                               r"|verify bookkeeping kernel not used)"),
     "tp_rank": re.compile(r"\b(TP\d+)\b"),
     # prefix_check's periodic INFO line (cumulative counts of that process) and its ERROR line
     "prefix_check": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] prefix check: (\d+) steps, (\d+) request-checks, "
