@@ -49,13 +49,42 @@ def test_summarize_pair_pairs_passes_of_the_same_round():
     assert s["16"]["rounds"] == 1 and s["16"]["ratios"] == [0.9] and s["16"]["errors"] == 2
 
 
+def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
+    fit = lambda req, rnd: {"per_request_ms": req, "per_round_ms": rnd, "residual_ms": 0.1, "n": 8}  # noqa: E731
+    passes = [dict(round=r, side=s, parallel=1, output_throughput=10, acceptance_length=2.0, errors=0,
+                   latency_fit=f, compiled=c)
+              for r, s, f, c in [(0, "A", fit(10, 3.0), None), (0, "B", fit(30, 3.2), {"k": 2}),
+                                 (1, "B", fit(20, 3.4), None), (1, "A", fit(12, 3.0), {"k": 1, "j": 1})]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["per_request_ms_A"] == 11 and s["per_request_ms_B"] == 25
+    assert s["per_round_ms_A"] == 3.0 and s["per_round_ms_B"] == pytest.approx(3.3)
+    assert s["compiled_A"] == 2 and s["compiled_B"] == 2
+    md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
+                      "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "| a | b | 1 | 11.00 / 25.00 | 3.0000 / 3.3000 | 2 / 2 |" in md
+    # a pass record keeps the fit at parallel 1 only, and what compiled during it
+    bench = {"summary": {"output_throughput": 1.0, "latency_fit": fit(1, 2)}}
+    assert "latency_fit" in ab._pass_record(bench, "A", 0, 1) and "latency_fit" not in ab._pass_record(bench, "A", 0, 16)
+    assert ab._pass_record(bench, "A", 0, 16, {"k": 1})["compiled"] == {"k": 1}
+
+
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
     url, _ = fake_server
     FakeServer.started, FakeServer.events = [], []
     monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
     real = ab.run_benchmark
-    monkeypatch.setattr(ab, "run_benchmark", lambda base_url, qs, **kw: FakeServer.events.append(
-        ("pass", kw["parallel"])) or real(base_url, qs, **kw))
+    calls = []
+
+    def bench(base_url, qs, **kw):
+        FakeServer.events.append(("pass", kw["parallel"]))
+        calls.append(kw["parallel"])
+        if len(calls) == 7:  # after 4 warm-up passes: round 0's B pass at parallel 2 "compiles" a kernel
+            entry = tmp_path / "ab" / "logs" / "triton_cache" / "pair0_B_on_p64" / "h1"
+            entry.mkdir(parents=True)
+            (entry / "late_kernel.json").write_text("{}")
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
     qfile = tmp_path / "q.jsonl"
     qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
@@ -76,6 +105,9 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     pair = res["pairs"]["on_p1:on_p64#0"]
     assert [(p["round"], p["side"], p["parallel"]) for p in pair["passes"]] == [
         (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1), (1, "B", 2), (1, "B", 1), (1, "A", 2), (1, "A", 1)]
+    # the variant compiled during round 0's B pass at parallel 2 is charged to that pass alone
+    assert [p.get("compiled") for p in pair["passes"]] == [None, None, {"late_kernel": 1}] + [None] * 5
+    assert pair["summary"]["2"]["compiled_B"] == 1 and pair["summary"]["2"]["compiled_A"] == 0
     # warm-up: two mixes per server (the first fills all `parallel` slots), then the 8 passes
     assert [e[1] for e in ev[4:last_pass + 1]] == [2, 3, 2, 3] + [2, 1] * 4
     assert pair["summary"]["2"]["rounds"] == 2 and pair["summary"]["1"]["rounds"] == 2

@@ -158,6 +158,21 @@ def test_summary_pools_tokens_not_ratios():
     assert s["latency_p50_s"] == 2.0
 
 
+def test_latency_fit_separates_per_request_from_per_round_time():
+    # 12 ms per request outside its rounds, 3.5 ms a round: recovered exactly from clean data
+    recs = [{"latency_s": (12 + 3.5 * n) / 1e3, "spec_verify_ct": n, "completion_tokens": 2 * n}
+            for n in (40, 90, 130, 60)]
+    fit = mtbench.latency_fit(recs)
+    assert fit["per_request_ms"] == pytest.approx(12, abs=1e-3) and fit["per_round_ms"] == pytest.approx(3.5)
+    assert fit["residual_ms"] == pytest.approx(0, abs=1e-3) and fit["n"] == 4
+    # noise shows as residual; too few requests or one round count: no fit
+    recs[0]["latency_s"] += 0.002
+    assert mtbench.latency_fit(recs)["residual_ms"] > 0.5
+    assert mtbench.latency_fit(recs[:2]) is None
+    assert mtbench.latency_fit([dict(r, spec_verify_ct=50) for r in recs]) is None
+    assert mtbench.summarize(recs, wall_s=1.0)["latency_fit"]["n"] == 4
+
+
 # --------------------------------------------------------------------------- client end to end
 
 def test_client_against_fake_server(fake_server, question_file, tmp_path):

@@ -84,6 +84,7 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
         assert set(rec["outputs"]) == {"1/1", "1/2", "2/1", "2/2"}
         assert rec["triton_variants_after_warmup"]["_duplicate_kv_kernel"] == 1
         assert rec["triton_variants_after_run"] == rec["triton_variants_after_warmup"]
+        assert rec["triton_compiled_during_run"] == {}
     assert res["on_p64"]["summary"]["acceptance_length"] == pytest.approx(3.0)
     # per-request counts for the suite's paired noise estimates, only where there is speculation
     assert set(res["on_p64"]["spec_counts"]) == {"1/1", "1/2", "2/1", "2/2"} and "spec_counts" not in res["nospec_p1"]
@@ -403,6 +404,15 @@ def test_triton_variants_counts_only_named_kernel_files(tmp_path):
     counts = triton_cache.variants(tmp_path)
     assert counts["_assign_tree_draft_slots_kernel"] == 2 and counts["assign_draft_cache_locs"] == 1
     assert counts["_duplicate_kv_kernel"] == 0 and "unrelated" not in counts
+
+
+def test_all_variants_counts_every_kernel_but_not_group_files(tmp_path):
+    for h, name in [("a", "alloc_extend_kernel"), ("b", "alloc_extend_kernel"), ("b", "__grp__alloc_extend_kernel"),
+                    ("c", "_duplicate_kv_kernel")]:
+        (tmp_path / h).mkdir(exist_ok=True)
+        (tmp_path / h / f"{name}.json").write_text("{}")
+    assert triton_cache.all_variants(tmp_path) == {"alloc_extend_kernel": 2, "_duplicate_kv_kernel": 1}
+    assert triton_cache.all_variants(tmp_path / "missing") == {}
 
 
 def test_stop_all_signals_every_server_before_waiting_on_any():

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
                   warmup_mixes)
+from . import triton_cache
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 
@@ -66,11 +67,30 @@ def ratio_stats(a: list, b: list) -> dict:
             "high": round(high, 4) if math.isfinite(high) else None, "verdict": verdict}
 
 
-def _pass_record(bench: dict, side: str, rnd: int, parallel: int) -> dict:
+def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict | None = None) -> dict:
     s = bench["summary"]
-    return {"round": rnd, "side": side, "parallel": parallel, "output_throughput": s.get("output_throughput"),
-            "acceptance_length": s.get("acceptance_length"), "wall_s": s.get("wall_s"),
-            "errors": s.get("num_errors", 0)}
+    rec = {"round": rnd, "side": side, "parallel": parallel, "output_throughput": s.get("output_throughput"),
+           "acceptance_length": s.get("acceptance_length"), "wall_s": s.get("wall_s"),
+           "errors": s.get("num_errors", 0)}
+    if parallel == 1 and s.get("latency_fit"):
+        rec["latency_fit"] = s["latency_fit"]
+    if compiled:
+        # Triton variants the server compiled during this pass: a compile is a stall of
+        # tens to hundreds of milliseconds that would read as a throughput difference.
+        rec["compiled"] = compiled
+    return rec
+
+
+def _compiled_since(before: dict, cache_dir) -> tuple:
+    now = triton_cache.all_variants(cache_dir) if cache_dir else {}
+    return now, {k: n - before.get(k, 0) for k, n in now.items() if n > before.get(k, 0)}
+
+
+def _fit_means(passes: list, side: str) -> dict:
+    fits = [p["latency_fit"] for p in passes if p["side"] == side and p.get("latency_fit")]
+    if not fits:
+        return {}
+    return {f"{k}_{side}": round(sum(f[k] for f in fits) / len(fits), 4) for k in ("per_request_ms", "per_round_ms")}
 
 
 def summarize_pair(passes: list) -> dict:
@@ -87,24 +107,33 @@ def summarize_pair(passes: list) -> dict:
         mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
         acc = lambda side: mean([by[r, side]["acceptance_length"] for r in rounds  # noqa: E731
                                  if by[r, side]["acceptance_length"] is not None])
+        counted = [by[r, side] for r in rounds for side in ("A", "B")]
+        compiled = {side: sum(sum((p.get("compiled") or {}).values()) for p in by.values() if p["side"] == side)
+                    for side in ("A", "B")}
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
-                         "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b)}
+                         "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
+                         **_fit_means(counted, "A"), **_fit_means(counted, "B"),
+                         "compiled_A": compiled["A"], "compiled_B": compiled["B"]}
     return out
 
 
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
-                  parallel1_questions: int, rounds: int, bench_kw: dict, save, stopping: threading.Event) -> None:
+                  parallel1_questions: int, rounds: int, bench_kw: dict, save, stopping: threading.Event,
+                  cache_dirs: dict | None = None) -> None:
+    cache_dirs = cache_dirs or {}
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
+    variants = {side: _compiled_since({}, cache_dirs.get(side))[0] for side in ("A", "B")}
     levels = [(parallel, questions)] + ([(1, questions[:parallel1_questions])] if parallel1_questions else [])
     for rnd, side in pass_order(rounds):
         for par, qs in levels:
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
+            variants[side], compiled = _compiled_since(variants[side], cache_dirs.get(side))
 
-            def record(rec=_pass_record(bench, side, rnd, par)):
+            def record(rec=_pass_record(bench, side, rnd, par, compiled)):
                 pair["passes"].append(rec)
                 pair["summary"] = summarize_pair(pair["passes"])
 
@@ -114,14 +143,14 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
 def _run_wave(lanes: list, save, **measure_kw) -> None:
     """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
     server fails to start, or whose measuring raises, records why and the others go on."""
-    everything = [srv for _, servers in lanes for srv in servers.values()]
+    everything = [srv for _, servers, _ in lanes for srv in servers.values()]
     stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
     try:
         t0 = time.time()
-        for _, servers in lanes:
+        for _, servers, _ in lanes:
             for srv in servers.values():
                 srv.start()
-        for pair, servers in lanes:
+        for pair, servers, _ in lanes:
             try:
                 for srv in servers.values():
                     srv.wait_ready()
@@ -131,9 +160,9 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
                 for srv in servers.values():
                     srv.stop()
 
-        def lane(pair, servers):
+        def lane(pair, servers, cache_dirs):
             try:
-                _measure_pair(pair, servers, save=save, stopping=stopping, **measure_kw)
+                _measure_pair(pair, servers, save=save, stopping=stopping, cache_dirs=cache_dirs, **measure_kw)
             except Exception as exc:  # keep the other lanes going; the record says why
                 if not stopping.is_set():  # else: its servers were stopped under it (a time limit)
                     pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -179,20 +208,20 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
             (out / "ab.json").write_text(json.dumps(results, indent=1))
 
     for w in range(0, len(pairs), max(1, gpus)):
-        lanes = []  # (pair record, {"A": server, "B": server}), one per GPU
+        lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs), one per GPU
         for gpu, (i, (a, b)) in enumerate(enumerate(pairs[w:w + max(1, gpus)], start=w)):
             pair = results["pairs"][f"{a.name}:{b.name}#{i}"] = {"A": asdict(a), "B": asdict(b), "gpu": gpu,
                                                                   "passes": []}
-            servers = {}
+            servers, cache_dirs = {}, {}
             for side, cfg in (("A", a), ("B", b)):
                 port = 30000 + 20 * (2 * i + (side == "B"))
                 args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
                 args += ["--base-gpu-id", str(gpu)]
                 # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
-                servers[side], _, _ = launch(replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port,
+                servers[side], _, cache_dirs[side] = launch(replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port,
                                              log_dir=str(out / "logs"), startup_timeout=startup_timeout,
                                              shared_gpu=True, triton_seeds=triton_seeds)
-            lanes.append((pair, servers))
+            lanes.append((pair, servers, cache_dirs))
         _run_wave(lanes, save, questions=questions, warmup_questions=warmup_questions, parallel=parallel,
                   parallel1_questions=parallel1_questions, rounds=rounds, bench_kw=bench_kw)
     return results
@@ -214,6 +243,15 @@ def markdown(results: dict) -> str:
                          f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} |")
         if pair.get("error"):
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} |||||||")
+    lines += ["", "Where the time goes: at parallel 1 each pass fits latency = per request + per round x rounds "
+              "over its requests (means over the counted passes); Triton variants compiled during the passes.", "",
+              "| A | B | parallel | per request ms A / B | per round ms A / B | compiled A / B |", "|---|---|---|---|---|---|"]
+    for pair in results["pairs"].values():
+        for par, s in (pair.get("summary") or {}).items():
+            lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
+                         f"{fmt(s.get('per_request_ms_A'), '{:.2f}')} / {fmt(s.get('per_request_ms_B'), '{:.2f}')} | "
+                         f"{fmt(s.get('per_round_ms_A'), '{:.4f}')} / {fmt(s.get('per_round_ms_B'), '{:.4f}')} | "
+                         f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} |")
     return "\n".join(lines) + "\n"
 
 

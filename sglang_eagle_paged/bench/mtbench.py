@@ -12,6 +12,7 @@ import argparse
 import datetime as _dt
 import importlib.metadata as _md
 import json
+import math
 import os
 import shlex
 import socket
@@ -256,7 +257,31 @@ def summarize(records: Sequence[dict], wall_s: float) -> dict:
         "latency_mean_s": sum(lat) / len(lat) if lat else None,
         "latency_p50_s": percentile(lat, 50),
         "latency_p90_s": percentile(lat, 90),
+        "latency_fit": latency_fit(spec),
     }
+
+
+def latency_fit(records: Sequence[dict]) -> dict | None:
+    """Least squares ``latency_s = per_request_ms + per_round_ms * spec_verify_ct`` over requests.
+
+    Meaningful only when requests run one at a time (parallel 1): then the intercept is the
+    cost of a request outside its draft-verify rounds (queueing, prefill, finishing) and the
+    slope the cost of one round, so two configurations' extra time can be told apart as
+    per-request or per-round. None with fewer than three requests or a single round count.
+    """
+    pts = [(r["spec_verify_ct"], r["latency_s"]) for r in records if r.get("spec_verify_ct")]
+    n = len(pts)
+    if n < 3:
+        return None
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    if sxx == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    resid = [y - my - slope * (x - mx) for x, y in pts]
+    return {"per_request_ms": round(1e3 * (my - slope * mx), 3), "per_round_ms": round(1e3 * slope, 4),
+            "residual_ms": round(1e3 * math.sqrt(sum(e * e for e in resid) / max(1, n - 2)), 3), "n": n}
 
 
 def per_question(records: Sequence[dict]) -> list[dict]:

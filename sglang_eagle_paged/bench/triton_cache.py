@@ -28,6 +28,15 @@ def variants(cache_dir) -> dict:
     return counts
 
 
+def all_variants(cache_dir) -> dict:
+    """Compiled variants per kernel name, every kernel in the cache dir (SGLang's too)."""
+    counts: dict = {}
+    for meta in Path(cache_dir).glob("*/*.json"):
+        if not meta.stem.startswith("__grp__"):
+            counts[meta.stem] = counts.get(meta.stem, 0) + 1
+    return counts
+
+
 def _counted(entry: Path) -> bool:
     # a variant's directory holds <kernel>.json (and __grp__<kernel>.json)
     return any(f.stem.removeprefix("__grp__") in COUNTED_KERNELS for f in entry.glob("*.json"))
