@@ -29,7 +29,8 @@ FA3_EXPAND_METADATA = FA3_MODULE + ".draft_decode_set_expand_metadata"
 # FA3's per-step backend, and the multi-step draft backend's replay-metadata builder
 # (optional fused replacement, SGLANG_EAGLE_PAGED_FA3_EXPAND=fused)
 FA3_BACKEND = FA3_MODULE + ".FlashAttentionBackend"
-FA3_MULTI_STEP_REPLAY = FA3_MODULE + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
+FA3_MULTI_STEP_BACKEND = FA3_MODULE + ".FlashAttentionMultiStepBackend"
+FA3_MULTI_STEP_REPLAY = FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_replay_cuda_graph"
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"

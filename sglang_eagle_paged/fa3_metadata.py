@@ -210,6 +210,43 @@ def fused_replay_hook(original, multi, forward_batch, bs):
         b.forward_metadata_spec_decode_expand = e
 
 
+def warm_up(device, topk: int, steps: int, page_size: int) -> None:
+    """Compile the selected replacements' kernels for every index dtype serving hands them.
+
+    SGLang 0.5.12's draft graph runner passes the batch's int64 ``seq_lens`` where the batch
+    size has a graph of its own, and its int32 graph buffer where it pads the batch; FA3 derives
+    ``last_page_lens`` from either. Each dtype is a Triton variant of its own, and a variant
+    first met while serving stalls the scheduler for its compile: on the H200 (run 10) the
+    first padded batch of a timed pass compiled the all-steps kernel there. Every launch here
+    writes only the scratch tensors made for it.
+    """
+    chosen = selection()
+    if chosen == "off" or topk <= 1 or page_size <= 1:
+        return
+    import torch
+
+    i32 = dict(dtype=torch.int32, device=device)
+    req_to_token = torch.zeros((1, 2 * page_size), **i32)
+    rows = torch.zeros(1, dtype=torch.int64, device=device)
+    strided = torch.arange(0, 2 * page_size, page_size, device=device)
+    cache_loc = torch.zeros((topk, steps), dtype=torch.int64, device=device)  # out_cache_loc's view
+
+    def step(decode_length):
+        return DraftStep(torch.zeros(1, **i32), torch.zeros((1, 2), **i32), torch.zeros(topk, **i32),
+                         torch.zeros((topk, decode_length + 1), **i32), strided, decode_length)
+
+    for dtype in (torch.int32, torch.int64):
+        seq_lens = torch.ones(1, dtype=dtype, device=device)
+        expand_draft_page_table(torch.zeros(topk, **i32), torch.zeros((topk, 2), **i32), seq_lens % page_size,
+                                1, cache_loc, topk, page_size)
+        if chosen == "fused" and steps > 1:
+            # the per-step kernel serves where one table cannot stand for every step
+            draft_decode_metadata(*step(1)[:4], seq_lens, rows, req_to_token, strided, 1, cache_loc, 1, topk,
+                                  page_size)
+            table = DraftStepTable.from_steps([step(d) for d in range(1, steps)])  # the multi-step backend's steps - 1
+            draft_decode_metadata_all_steps(table, seq_lens, rows, req_to_token, 1, cache_loc, topk, page_size)
+
+
 def register_hook() -> bool:
     """Register the hooks of :func:`selection` with SGLang's HookRegistry.
 

@@ -14,6 +14,7 @@ The kernel is compiled and checked against the eager ops at worker start-up
 once, rather than failing a verify mid-serving.
 """
 
+import itertools
 import logging
 
 import torch
@@ -60,12 +61,25 @@ def kernel_problem(args) -> str | None:
     return "its results differ from the eager ops"
 
 
+# The index dtypes SGLang 0.5.12's verify hands the hook: int32 from its sampling kernel, and an
+# int64 num_correct_drafts in a round where a request finished mid-tree (recounted in torch).
+# Each combination is a Triton variant of its own; one first met while serving stalls the
+# scheduler for its compile, so warm-up compiles them all.
+INDEX_DTYPES = tuple(itertools.product((torch.int32, torch.int64), repeat=2))  # (accept_index, num_correct_drafts)
+
+
 def warm_up(device, draft_token_num: int, page_size: int) -> None:
     """Compile the kernel for this process and check it on a few verifies; fall back to eager if not."""
     if not _state["kernel"]:
         return
-    inputs = verify_bookkeeping_inputs(torch.Generator().manual_seed(0), 8, draft_token_num, page_size)
-    problem = kernel_problem([t.to(device) for t in inputs] + [draft_token_num, page_size])
+    seq_lens, out_cache_loc, accept_index, num_correct = verify_bookkeeping_inputs(
+        torch.Generator().manual_seed(0), 8, draft_token_num, page_size)
+    problem = None
+    for ai_dtype, ncd_dtype in INDEX_DTYPES:
+        args = [seq_lens, out_cache_loc, accept_index.to(ai_dtype), num_correct.to(ncd_dtype)]
+        problem = kernel_problem([t.to(device) for t in args] + [draft_token_num, page_size])
+        if problem is not None:
+            break
     if problem is not None:
         _state["kernel"] = False
         logger.warning("[sglang-eagle-paged] verify bookkeeping kernel not used (%s); eager torch ops instead",

@@ -172,6 +172,16 @@ def warm_up(worker) -> None:
 
     draft_tokens = getattr(worker, "speculative_num_draft_tokens", None) or steps + 1
     verify_compaction.warm_up(device, draft_tokens, page)
+    if _draft_attention_is_fa3(worker):
+        from . import fa3_metadata
+
+        fa3_metadata.warm_up(device, topk, steps, page)
+
+
+def _draft_attention_is_fa3(worker) -> bool:
+    # only a FA3 draft backend runs the FA3 replacements; compiling them elsewhere is start-up time for nothing
+    cls = type(getattr(worker, "draft_attn_backend", None))
+    return f"{cls.__module__}.{cls.__qualname__}" == compat.FA3_MULTI_STEP_BACKEND
 
 
 def worker_init_hook(result, worker, *args, **kwargs):

@@ -492,3 +492,15 @@ def test_no_margins_flag_reaches_the_runner(monkeypatch, tmp_path):
     assert seen["margins"] is False
     e2e.main(["--set", "large", "--target", "T", "--draft", "D", "--out", str(tmp_path)])
     assert seen["margins"] is True
+
+
+def test_our_counted_kernels_are_our_kernels():
+    import importlib
+    import pkgutil
+
+    import sglang_eagle_paged.kernels as pkg
+
+    ours = {name for m in pkgutil.iter_modules(pkg.__path__)
+            for name, obj in vars(importlib.import_module(f"{pkg.__name__}.{m.name}")).items()
+            if name.endswith("_kernel") and hasattr(obj, "fn")}
+    assert set(triton_cache.OUR_KERNELS) == ours

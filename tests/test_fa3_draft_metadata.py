@@ -724,3 +724,60 @@ def test_plugin_registers_both_hooks_for_fused():
     assert p.returncode == 0, p.stderr[-3000:]
     assert "PATCHED True True" in p.stdout
     assert "fa3 expand metadata=one-launch kernel, fa3 draft replay metadata=fused" in p.stderr
+
+
+# ---------------------------------------------------------------- 5. start-up compiles what serving launches
+
+@pytest.mark.parametrize("topk,steps,page", [(4, 3, 16), (8, 5, 64)])
+def test_warm_up_compiles_the_replay_variants_of_padded_and_exact_batches(topk, steps, page):
+    """SGLang's draft graph runner hands the replay the batch's int64 seq_lens at a captured batch
+    size and its int32 graph buffer when it pads; FA3's eager steps pass seq_lens % page. Serving
+    meets both dtypes; warm-up must have compiled each (run 10 saw the padded one compile mid-pass)."""
+    from sglang_eagle_paged.kernels.expand_metadata import _expand_draft_page_table_kernel
+
+    kernels = (_draft_decode_metadata_all_steps_kernel, _draft_decode_metadata_kernel, _expand_draft_page_table_kernel)
+
+    def capture_all():
+        import contextlib
+
+        stack = contextlib.ExitStack()
+        return stack, [stack.enter_context(capture_specializations(k)) for k in kernels]
+
+    stack, warm = capture_all()
+    with stack:
+        fa3_metadata.warm_up("cpu", topk, steps, page)
+    assert [len(w) for w in warm] == [2, 2, 2]
+
+    rng = random.Random(topk * page)
+    multi = make_multi(topk, steps, page, capture_bs=[1, 2, 4])
+    stack, serve = capture_all()
+    with stack:
+        for raw_bs, bs in ((2, 2), (3, 4), (1, 1)):
+            fb = replay_batch(rng, multi, raw_bs, bs)
+            if raw_bs != bs:  # padded: the graph runner's int32 buffer, as SGLang 0.5.12 hands it
+                fb.seq_lens = fb.seq_lens.to(torch.int32)
+            fa3_metadata.fused_replay_hook(SG.replay, multi, fb, bs)
+            step = multi.attn_backends[0].draft_decode_metadata_topk_normal[bs]
+            draft_decode_metadata(step.cache_seqlens_int32, step.page_table,
+                                  multi.attn_backends[0].draft_decode_metadata_topk_expand[bs].cache_seqlens_int32,
+                                  multi.attn_backends[0].draft_decode_metadata_topk_expand[bs].page_table,
+                                  fb.seq_lens[:bs], fb.req_pool_indices[:bs], multi.attn_backends[0].req_to_token,
+                                  multi.attn_backends[0].decode_cuda_graph_metadata["strided_indices"], 1,
+                                  fb.out_cache_loc.view(-1, steps), 1, topk, page)
+            fa3_metadata.expand_metadata_replacement(
+                torch.zeros(raw_bs * topk, dtype=torch.int32), torch.zeros((raw_bs * topk, 2), dtype=torch.int32),
+                fb.seq_lens[:raw_bs] % page, 1, fb.out_cache_loc.view(-1, steps), topk, page)
+    for w, s in zip(warm, serve):
+        assert len(s) == 3 and len({repr(x) for x in s}) == 2  # both dtypes met: not vacuous
+        assert {repr(x) for x in s} <= {repr(x) for x in w}
+
+
+def test_warm_up_compiles_nothing_where_the_replacements_are_off(monkeypatch):
+    monkeypatch.setenv(fa3_metadata.ENV_VAR, "off")
+    with capture_specializations(_draft_decode_metadata_all_steps_kernel) as seen:
+        fa3_metadata.warm_up("cpu", 8, 5, 64)
+        fa3_metadata.warm_up("cpu", 1, 5, 64)
+    monkeypatch.setenv(fa3_metadata.ENV_VAR, "on")  # the expand replacement only
+    with capture_specializations(_draft_decode_metadata_all_steps_kernel) as expand_only:
+        fa3_metadata.warm_up("cpu", 8, 5, 64)
+    assert seen == [] and expand_only == []

@@ -118,3 +118,23 @@ def test_warm_up_falls_back_to_eager_ops(monkeypatch, caplog, breakage):
     args = verify_bookkeeping_inputs(torch.Generator().manual_seed(1), 4, 16, 64)
     _, _, free = verify_compaction.src_tgt_cache_loc(*args, 16, 64)  # served by the eager ops
     assert torch.equal(free, SGLANG(*args, 16, 64)[2])
+
+
+def test_warm_up_compiles_every_index_dtype_a_verify_hands_the_hook(monkeypatch):
+    """SGLang's verify passes int32 accept_index and num_correct_drafts, and an int64 num_correct_drafts
+    in rounds where a request finished mid-tree: each a Triton variant, all compiled before serving."""
+    from helpers.interpreter_order import capture_specializations
+    from sglang_eagle_paged import verify_compaction
+    from sglang_eagle_paged.kernels.verify_bookkeeping import _src_to_free_kernel
+
+    monkeypatch.setitem(verify_compaction._state, "kernel", True)
+    with capture_specializations(_src_to_free_kernel) as warm:
+        verify_compaction.warm_up("cpu", 16, 64)
+    assert len({repr(s) for s in warm}) == 4
+    gen = torch.Generator().manual_seed(3)
+    with capture_specializations(_src_to_free_kernel) as serve:
+        for bs, ncd_dtype in ((1, torch.int32), (5, torch.int64), (9, torch.int32)):
+            seq_lens, out_cache_loc, accept_index, num_correct = verify_bookkeeping_inputs(gen, bs, 16, 64)
+            verify_compaction.src_tgt_cache_loc(seq_lens, out_cache_loc, accept_index.to(torch.int32),
+                                                num_correct.to(ncd_dtype), 16, 64)
+    assert len({repr(s) for s in serve}) == 2 and {repr(s) for s in serve} <= {repr(s) for s in warm}

@@ -125,3 +125,17 @@ def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handle
     line = next(r.getMessage() for r in caplog.records if "active: mode=" in r.getMessage())
     assert f"tree drafting={handled} (page {page}, topk 4, steps 3)" in line
     assert scan_log(f"[2026-11-30 07:11:48 TP1] {line}")["plugin_active"] == {"TP1": "on"}
+
+
+def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
+    from sglang_eagle_paged import compat, fa3_metadata
+
+    calls = []
+    monkeypatch.setattr(fa3_metadata, "warm_up", lambda *a: calls.append(a))
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
+    warm_up(h.worker)  # the harness's worker has no FA3 draft backend
+    assert calls == []
+    module, name = compat.FA3_MULTI_STEP_BACKEND.rsplit(".", 1)
+    h.worker.draft_attn_backend = type(name, (), {"__module__": module})()
+    warm_up(h.worker)
+    assert calls == [(h.worker.device, 4, 3, 16)]

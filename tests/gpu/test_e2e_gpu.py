@@ -325,6 +325,12 @@ def test_no_new_kernel_variants_after_warm_up(results, name):
     if "_src_to_free_kernel" in warm:  # the verify bookkeeping (since run 9), compiled in warm-up
         assert run["_src_to_free_kernel"] == warm["_src_to_free_kernel"] >= 1, (warm, run)
         assert run["copy_all_layer_kv_cache_tiled"] == warm["copy_all_layer_kv_cache_tiled"], (warm, run)
+    # every kernel in the server's Triton cache (since run 10): none of ours compiles in the timed pass
+    during = results[name].get("triton_compiled_during_run")
+    if during is not None:
+        from sglang_eagle_paged.bench.triton_cache import OUR_KERNELS
+
+        assert not set(during) & set(OUR_KERNELS), during
 
 
 def test_write_summary(results):
