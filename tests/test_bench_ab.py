@@ -35,6 +35,15 @@ def test_ratio_stats_interval_and_verdicts():
     assert ab.ratio_stats([], [])["verdict"] == "not measured"
 
 
+def test_round_rate_ratio_takes_acceptance_out_of_the_throughput_ratio():
+    # B is 10% faster per round but accepts 5% less every round: throughput 1.045x, round rate 1.1x
+    passes = [dict(round=r, side=s, parallel=16, output_throughput=t, acceptance_length=acc, errors=0)
+              for r in range(3) for s, t, acc in (("A", 200.0 + r, 2.0), ("B", (200.0 + r) * 1.1 * 0.95, 1.9))]
+    s = ab.summarize_pair(passes)["16"]
+    assert s["ratio"] == pytest.approx(1.045) and s["round_rate_ratio"] == pytest.approx(1.1)
+    assert s["round_rate_verdict"] == "B >= A"
+
+
 def test_summarize_pair_pairs_passes_of_the_same_round():
     passes = [dict(round=r, side=s, parallel=p, output_throughput=t, acceptance_length=2.0, errors=0)
               for r, s, p, t in [(0, "A", 16, 100), (0, "B", 16, 90), (0, "A", 1, 10), (0, "B", 1, 12),
@@ -61,7 +70,7 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
     assert s["compiled_A"] == 2 and s["compiled_B"] == 2
     md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
                       "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
-    assert "| a | b | 1 | 11.00 / 25.00 | 3.0000 / 3.3000 | 2 / 2 |" in md
+    assert "| a | b | 1 | 1.000x | 1.000-1.000 | 11.00 / 25.00 | 3.0000 / 3.3000 | 2 / 2 |" in md
     # a pass record keeps the fit at parallel 1 only, and what compiled during it
     bench = {"summary": {"output_throughput": 1.0, "latency_fit": fit(1, 2)}}
     assert "latency_fit" in ab._pass_record(bench, "A", 0, 1) and "latency_fit" not in ab._pass_record(bench, "A", 0, 16)

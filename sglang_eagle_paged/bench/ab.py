@@ -108,12 +108,20 @@ def summarize_pair(passes: list) -> dict:
         acc = lambda side: mean([by[r, side]["acceptance_length"] for r in rounds  # noqa: E731
                                  if by[r, side]["acceptance_length"] is not None])
         counted = [by[r, side] for r in rounds for side in ("A", "B")]
+        # Output tokens per second = verify rounds per second x tokens per round. Each side's
+        # acceptance is fixed by its numerics on these prompts, the same every round, so the
+        # throughput ratio carries it whole; the round-rate ratio is the machinery's speed alone.
+        rate = lambda side: [by[r, side]["output_throughput"] / by[r, side]["acceptance_length"]  # noqa: E731
+                             if by[r, side]["output_throughput"] and by[r, side]["acceptance_length"] else None
+                             for r in rounds]
+        round_rate = ratio_stats(rate("A"), rate("B"))
         compiled = {side: sum(sum((p.get("compiled") or {}).values()) for p in by.values() if p["side"] == side)
                     for side in ("A", "B")}
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
-                         "compiled_A": compiled["A"], "compiled_B": compiled["B"]}
+                         "compiled_A": compiled["A"], "compiled_B": compiled["B"],
+                         **{f"round_rate_{k}": round_rate[k] for k in ("ratio", "low", "high", "verdict")}}
     return out
 
 
@@ -243,12 +251,17 @@ def markdown(results: dict) -> str:
                          f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} |")
         if pair.get("error"):
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} |||||||")
-    lines += ["", "Where the time goes: at parallel 1 each pass fits latency = per request + per round x rounds "
-              "over its requests (means over the counted passes); Triton variants compiled during the passes.", "",
-              "| A | B | parallel | per request ms A / B | per round ms A / B | compiled A / B |", "|---|---|---|---|---|---|"]
+    lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
+              "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
+              "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
+              "compiled during the passes.", "",
+              "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "
+              "| compiled A / B |", "|---|---|---|---|---|---|---|---|"]
     for pair in results["pairs"].values():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
+                         f"{fmt(s.get('round_rate_ratio'), '{:.3f}x')} | "
+                         f"{fmt(s.get('round_rate_low'), '{:.3f}')}-{fmt(s.get('round_rate_high'), '{:.3f}')} | "
                          f"{fmt(s.get('per_request_ms_A'), '{:.2f}')} / {fmt(s.get('per_request_ms_B'), '{:.2f}')} | "
                          f"{fmt(s.get('per_round_ms_A'), '{:.4f}')} / {fmt(s.get('per_round_ms_B'), '{:.4f}')} | "
                          f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} |")
