@@ -116,6 +116,7 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
         (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1), (1, "B", 2), (1, "B", 1), (1, "A", 2), (1, "A", 1)]
     # the variant compiled during round 0's B pass at parallel 2 is charged to that pass alone
     assert [p.get("compiled") for p in pair["passes"]] == [None, None, {"late_kernel": 1}] + [None] * 5
+    assert pair["passes"][2]["compiled_signatures"] == ["late_kernel: None"]  # no TTIR in this fake entry
     assert pair["summary"]["2"]["compiled_B"] == 1 and pair["summary"]["2"]["compiled_A"] == 0
     # warm-up: two mixes per server (the first fills all `parallel` slots), then the 8 passes
     assert [e[1] for e in ev[4:last_pass + 1]] == [2, 3, 2, 3] + [2, 1] * 4

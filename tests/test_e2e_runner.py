@@ -415,6 +415,28 @@ def test_all_variants_counts_every_kernel_but_not_group_files(tmp_path):
     assert triton_cache.all_variants(tmp_path / "missing") == {}
 
 
+def test_compiled_since_names_each_new_variant_with_its_signature(tmp_path):
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "alloc_extend_kernel.json").write_text("{}")
+    before = triton_cache.variant_entries(tmp_path)
+    entry = tmp_path / "new"
+    entry.mkdir()
+    (entry / "alloc_extend_kernel.json").write_text("{}")
+    (entry / "__grp__alloc_extend_kernel.json").write_text("{}")
+    (entry / "alloc_extend_kernel.ttir").write_text(
+        '#loc = loc("allocator.py":241:0)\nmodule {\n  tt.func public @alloc_extend_kernel('
+        '%arg0: !tt.ptr<i64> {tt.divisibility = 16 : i32} loc("allocator.py":241:0), '
+        '%arg1: i32 loc(#loc1)) attributes {noinline = false} {\n  }\n}\n')
+    (tmp_path / "bare").mkdir()  # a variant without TTIR: named, signature unknown
+    (tmp_path / "bare" / "_move_rows_kernel.json").write_text("{}")
+    now, counts, sigs = triton_cache.compiled_since(before, tmp_path)
+    assert counts == {"alloc_extend_kernel": 1, "_move_rows_kernel": 1} and len(now) == 3
+    assert sigs == ["_move_rows_kernel: None",
+                    "alloc_extend_kernel: tt.func public @alloc_extend_kernel(%arg0: !tt.ptr<i64> "
+                    "{tt.divisibility = 16 : i32}, %arg1: i32) attributes {noinline = false} {"]
+    assert triton_cache.compiled_since(now, tmp_path)[1:] == ({}, [])
+
+
 def test_stop_all_signals_every_server_before_waiting_on_any():
     events = []
 

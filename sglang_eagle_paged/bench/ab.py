@@ -67,7 +67,8 @@ def ratio_stats(a: list, b: list) -> dict:
             "high": round(high, 4) if math.isfinite(high) else None, "verdict": verdict}
 
 
-def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict | None = None) -> dict:
+def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict | None = None,
+                 signatures: list | None = None) -> dict:
     s = bench["summary"]
     rec = {"round": rnd, "side": side, "parallel": parallel, "output_throughput": s.get("output_throughput"),
            "acceptance_length": s.get("acceptance_length"), "wall_s": s.get("wall_s"),
@@ -78,12 +79,8 @@ def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict
         # Triton variants the server compiled during this pass: a compile is a stall of
         # tens to hundreds of milliseconds that would read as a throughput difference.
         rec["compiled"] = compiled
+        rec["compiled_signatures"] = signatures or []
     return rec
-
-
-def _compiled_since(before: dict, cache_dir) -> tuple:
-    now = triton_cache.all_variants(cache_dir) if cache_dir else {}
-    return now, {k: n - before.get(k, 0) for k, n in now.items() if n > before.get(k, 0)}
 
 
 def _fit_means(passes: list, side: str) -> dict:
@@ -132,16 +129,16 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
-    variants = {side: _compiled_since({}, cache_dirs.get(side))[0] for side in ("A", "B")}
+    variants = {side: triton_cache.compiled_since({}, cache_dirs.get(side))[0] for side in ("A", "B")}
     levels = [(parallel, questions)] + ([(1, questions[:parallel1_questions])] if parallel1_questions else [])
     for rnd, side in pass_order(rounds):
         for par, qs in levels:
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
-            variants[side], compiled = _compiled_since(variants[side], cache_dirs.get(side))
+            variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
 
-            def record(rec=_pass_record(bench, side, rnd, par, compiled)):
+            def record(rec=_pass_record(bench, side, rnd, par, compiled, signatures)):
                 pair["passes"].append(rec)
                 pair["summary"] = summarize_pair(pair["passes"])
 

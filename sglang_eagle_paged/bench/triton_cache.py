@@ -9,6 +9,7 @@ kernels being counted, so the counts stay each server's own.
 """
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -33,10 +34,42 @@ def variants(cache_dir) -> dict:
 def all_variants(cache_dir) -> dict:
     """Compiled variants per kernel name, every kernel in the cache dir (SGLang's too)."""
     counts: dict = {}
-    for meta in Path(cache_dir).glob("*/*.json"):
-        if not meta.stem.startswith("__grp__"):
-            counts[meta.stem] = counts.get(meta.stem, 0) + 1
+    for name in variant_entries(cache_dir).values():
+        counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def variant_entries(cache_dir) -> dict:
+    """``{entry directory: kernel name}`` for every compiled variant in a Triton cache dir."""
+    return {meta.parent.name: meta.stem for meta in Path(cache_dir).glob("*/*.json")
+            if not meta.stem.startswith("__grp__")}
+
+
+_LOC = re.compile(r"\s*loc\((?:[^()]|\([^()]*\))*\)")
+
+
+def signature(cache_dir, entry: str, name: str) -> str | None:
+    """What a compiled variant was specialised on: its TTIR function line (argument types,
+    divisibility, constants folded away), source locations dropped; None if there is no TTIR."""
+    ttir = Path(cache_dir) / entry / f"{name}.ttir"
+    try:
+        text = ttir.read_text(errors="replace")
+    except OSError:
+        return None
+    line = next((ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("tt.func")), None)
+    return _LOC.sub("", line)[:2000] if line else None
+
+
+def compiled_since(before: dict, cache_dir) -> tuple:
+    """``(entries now, {kernel: variants compiled since before}, [their signatures])``, where
+    ``before`` is an earlier :func:`variant_entries`: what a server compiled in between (a compile
+    stalls its scheduler for 0.1-1.5 s, which reads as lower throughput)."""
+    now = variant_entries(cache_dir) if cache_dir else {}
+    new = sorted((entry, name) for entry, name in now.items() if entry not in before)
+    counts: dict = {}
+    for _, name in new:
+        counts[name] = counts.get(name, 0) + 1
+    return now, counts, [f"{name}: {signature(cache_dir, entry, name)}" for entry, name in new]
 
 
 def _counted(entry: Path) -> bool:
