@@ -223,9 +223,9 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                 args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
                 args += ["--base-gpu-id", str(gpu)]
                 # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
-                servers[side], _, cache_dirs[side] = launch(replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port,
-                                             log_dir=str(out / "logs"), startup_timeout=startup_timeout,
-                                             shared_gpu=True, triton_seeds=triton_seeds)
+                servers[side], _, cache_dirs[side] = launch(
+                    replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port, log_dir=str(out / "logs"),
+                    startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds)
             lanes.append((pair, servers, cache_dirs))
         _run_wave(lanes, save, questions=questions, warmup_questions=warmup_questions, parallel=parallel,
                   parallel1_questions=parallel1_questions, rounds=rounds, bench_kw=bench_kw)
