@@ -23,7 +23,18 @@ def _entry_point():
 
 
 def _self_test(device: str) -> str:
-    """Every kernel on a small case against its torch reference ("" when all match)."""
+    """Every kernel on a small case against its torch reference ("" when all match), twice: the
+    first pass resolves each compiled variant through Triton, the second launches the same
+    variants through their launchers alone (``kernels/launch.py``), as serving does after its
+    first rounds."""
+    problem = _self_test_once(device)
+    if problem:
+        return problem
+    problem = _self_test_once(device)
+    return f"{problem} (second pass, variants launched directly)" if problem else ""
+
+
+def _self_test_once(device: str) -> str:
     import torch
 
     from .kernels import KVBufferTable, assign_tree_draft_slots, duplicate_kv_pairs

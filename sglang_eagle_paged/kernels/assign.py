@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .free_page_slots import BLOCK_BS, _extension_shape, _free_page_slots, _last_loc, _request_starts
+from .launch import launch
 from .layout import check_tree_config, pair_capacity
 
 PAIR_SENTINEL = -1
@@ -190,7 +191,7 @@ def _assign(req_pool_indices, req_to_token, seq_lens, alloc, page_size, topk, st
         )
     if bs == 0:
         return out
-    _assign_tree_draft_slots_kernel[(bs,)](
+    launch(_assign_tree_draft_slots_kernel, (bs,), (
         req_pool_indices, req_pool_indices.stride(0),
         req_to_token, req_to_token.stride(0), req_to_token.stride(1), req_to_token.shape[1],
         seq_lens, seq_lens.stride(0),
@@ -198,6 +199,7 @@ def _assign(req_pool_indices, req_to_token, seq_lens, alloc, page_size, topk, st
         out.out_cache_loc,
         out.src_loc,
         out.tgt_loc,
+    ), dict(
         page_size=page_size,
         topk=topk,
         steps=steps,
@@ -206,5 +208,5 @@ def _assign(req_pool_indices, req_to_token, seq_lens, alloc, page_size, topk, st
         BLOCK=BLOCK,
         BLOCK_BS=BLOCK_BS,
         FROM_FREE_PAGES=from_free_pages,
-    )
+    ))
     return out

@@ -66,6 +66,7 @@ import triton
 import triton.language as tl
 
 from .expand_metadata import _floor_div, _store_distinct_pages
+from .launch import launch
 
 BLOCK_COLS = 128  # normal page-table columns per program
 
@@ -211,12 +212,12 @@ def draft_decode_metadata(
     ``seq_lens`` and ``req_pool_indices`` hold exactly the ``bs`` rows to write;
     ``cache_loc`` is ``out_cache_loc.view(-1, speculative_num_steps)``.
     """
-    launch = _launch(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table, seq_lens,
+    plan = _launch(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table, seq_lens,
                      req_pool_indices, strided_indices, max_seq_pages, cache_loc, topk, page_size)
-    if launch is None:
+    if plan is None:
         return
-    grid, n_cols, bs, num_seqs, steps = launch
-    _draft_decode_metadata_kernel[grid](
+    grid, n_cols, bs, num_seqs, steps = plan
+    launch(_draft_decode_metadata_kernel, grid, (
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
         req_to_token, req_to_token.stride(0), req_to_token.stride(1),
@@ -228,10 +229,8 @@ def draft_decode_metadata(
         expand_page_table.shape[1],
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
         bs, int(decode_length),
-        topk=topk, page_size=page_size, STEPS=steps,
-        STEPS_POW2=triton.next_power_of_2(max(steps, 1)), BLOCK_COLS=BLOCK_COLS,
-        num_warps=1,
-    )
+    ), dict(topk=topk, page_size=page_size, STEPS=steps, STEPS_POW2=triton.next_power_of_2(max(steps, 1)),
+            BLOCK_COLS=BLOCK_COLS), num_warps=1)
 
 
 def draft_decode_metadata_reference(
@@ -398,12 +397,12 @@ def draft_decode_metadata_all_steps(
     """:func:`draft_decode_metadata` for every step of ``steps`` (each with its own
     ``decode_length`` and ``strided_indices``), in one launch."""
     first = steps.steps[0]
-    launch = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
+    plan = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
                      seq_lens, req_pool_indices, first.strided_indices, max_seq_pages, cache_loc, topk, page_size)
-    if launch is None:
+    if plan is None:
         return
-    grid, n_cols, bs, num_seqs, n_loc = launch
-    _draft_decode_metadata_all_steps_kernel[grid](
+    grid, n_cols, bs, num_seqs, n_loc = plan
+    launch(_draft_decode_metadata_all_steps_kernel, grid, (
         steps.table,
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
@@ -411,11 +410,8 @@ def draft_decode_metadata_all_steps(
         n_cols,
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
         bs,
-        topk=topk, page_size=page_size, STEPS=n_loc,
-        STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)), BLOCK_COLS=BLOCK_COLS,
-        N_STEPS=len(steps.steps), FIELDS=_FIELDS,
-        num_warps=1,
-    )
+    ), dict(topk=topk, page_size=page_size, STEPS=n_loc, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)),
+            BLOCK_COLS=BLOCK_COLS, N_STEPS=len(steps.steps), FIELDS=_FIELDS), num_warps=1)
 
 
 def draft_decode_metadata_all_steps_reference(

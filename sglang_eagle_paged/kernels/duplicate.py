@@ -16,11 +16,16 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 _INT_TYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 _TL_TYPES = {8: tl.int64, 4: tl.int32, 2: tl.int16, 1: tl.uint8}
 
 
-@triton.jit(do_not_specialize=["num_pairs"])
+# Nothing value- or alignment-specialised (the rows' addresses come from the table, not these
+# arguments' alignment): one variant per configuration, which .launch can reuse directly.
+@triton.jit(do_not_specialize=["num_pairs"],
+            do_not_specialize_on_alignment=["buf_ptrs", "buf_row_elems", "src_loc", "tgt_loc"])
 def _duplicate_kv_kernel(
     buf_ptrs,        # [n_buffers] int64 base addresses
     buf_row_elems,   # [n_buffers] int64 row length in ELEM units
@@ -112,15 +117,6 @@ def duplicate_kv_pairs(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: tor
         return
     block_p, block_e = table.block_p, table.block_e
     grid = (triton.cdiv(n, block_p), len(table.keys))
-    _duplicate_kv_kernel[grid](
-        table.ptrs,
-        table.row_elems,
-        src_loc,
-        tgt_loc,
-        n,
-        ELEM=_TL_TYPES[table.elem_bytes],
-        ROW_ELEMS_MAX=table.row_elems_max,
-        BLOCK_P=block_p,
-        BLOCK_E=block_e,
-        num_warps=4,
-    )
+    launch(_duplicate_kv_kernel, grid, (table.ptrs, table.row_elems, src_loc, tgt_loc, n),
+           dict(ELEM=_TL_TYPES[table.elem_bytes], ROW_ELEMS_MAX=table.row_elems_max, BLOCK_P=block_p,
+                BLOCK_E=block_e), num_warps=4)

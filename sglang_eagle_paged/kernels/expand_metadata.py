@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .layout import check_tree_config
 
 _RUNTIME_INTS = [
@@ -154,16 +155,14 @@ def expand_draft_page_table(
     grid = max(n_lens, num_seqs)
     if grid == 0:
         return
-    _expand_draft_page_table_kernel[(grid,)](
+    launch(_expand_draft_page_table_kernel, (grid,), (
         cache_seqlens_int32, cache_seqlens_int32.stride(0), n_lens,
         lpl, lpl.stride(0) if lpl.numel() else 1, max(lpl.numel() - 1, 0),
         decode_length,
         page_table, page_table.stride(0), page_table.stride(1), page_table.shape[1],
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
-        topk=topk, page_size=page_size,
-        STEPS=steps, STEPS_POW2=triton.next_power_of_2(max(steps, 1)),
-        num_warps=1,
-    )
+    ), dict(topk=topk, page_size=page_size, STEPS=steps, STEPS_POW2=triton.next_power_of_2(max(steps, 1))),
+        num_warps=1)
 
 
 def expand_draft_page_table_reference(

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .duplicate import _TL_TYPES, KVBufferTable
+from .launch import launch
 
 # SGLang's chunk (``_kv_copy_config["num_locs_upper"]``): reads of a chunk happen before
 # its writes, chunks run in order. Kept so that overlapping moves give SGLang's result.
@@ -45,7 +46,8 @@ _MAX_BLOCK_E = 16
 _NUM_WARPS = 8
 
 
-@triton.jit(do_not_specialize=["num_pairs"])
+@triton.jit(do_not_specialize=["num_pairs"],
+            do_not_specialize_on_alignment=["buf_ptrs", "buf_row_elems", "src_loc", "tgt_loc"])
 def _move_rows_kernel(
     buf_ptrs,        # [n_buffers] int64 base addresses
     buf_row_elems,   # [n_buffers] int64 row length in ELEM units
@@ -102,10 +104,6 @@ def move_kv_rows(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: torch.Ten
     elem, chunk_pow2 = _TL_TYPES[table.elem_bytes], triton.next_power_of_2(chunk)
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
-        _move_rows_kernel[grid](
-            table.ptrs, table.row_elems, src_loc[start:end], tgt_loc[start:end], end - start,
-            ELEM=elem,
-            CHUNK_POW2=chunk_pow2,
-            BLOCK_E=block_e,
-            num_warps=_NUM_WARPS,
-        )
+        launch(_move_rows_kernel, grid,
+               (table.ptrs, table.row_elems, src_loc[start:end], tgt_loc[start:end], end - start),
+               dict(ELEM=elem, CHUNK_POW2=chunk_pow2, BLOCK_E=block_e), num_warps=_NUM_WARPS)

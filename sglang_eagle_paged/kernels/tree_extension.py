@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
 from .layout import check_tree_config
 
 BLOCK = 256  # requests per program, as in SGLang's get_last_loc: a typical batch is one program
@@ -78,12 +79,11 @@ def tree_extension(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, s
     out = TreeExtension(torch.empty(bs, **like), torch.empty(bs, **like))
     if bs == 0:
         return out
-    _tree_extension_kernel[(triton.cdiv(bs, BLOCK),)](
+    launch(_tree_extension_kernel, (triton.cdiv(bs, BLOCK),), (
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
         req_to_token, req_to_token.stride(0), req_to_token.stride(1),
         out.seq_lens, out.last_loc,
         bs,
-        page_size=page_size, topk=topk, steps=steps, BLOCK=BLOCK,
-    )
+    ), dict(page_size=page_size, topk=topk, steps=steps, BLOCK=BLOCK))
     return out

@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 BLOCK = 1024
 
 _RUNTIME_INTS = ["sl_stride", "ocl_stride", "ai_stride", "ncd_stride", "n_accepted", "bs", "draft_token_num",
@@ -68,9 +70,9 @@ def src_and_free_counts(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, acc
     to_free = torch.empty(bs, dtype=torch.promote_types(seq_lens.dtype, num_correct_drafts.dtype),
                           device=seq_lens.device)
     if max(n, bs):
-        _src_to_free_kernel[(triton.cdiv(max(n, bs), BLOCK),)](
+        launch(_src_to_free_kernel, (triton.cdiv(max(n, bs), BLOCK),), (
             seq_lens, seq_lens.stride(0), out_cache_loc, out_cache_loc.stride(0),
             accept_index, accept_index.stride(0), num_correct_drafts, num_correct_drafts.stride(0), src, to_free,
-            n, bs, draft_token_num, page_size, BLOCK=BLOCK,
-        )
+            n, bs, draft_token_num, page_size,
+        ), dict(BLOCK=BLOCK))
     return src, torch.empty_like(src), to_free

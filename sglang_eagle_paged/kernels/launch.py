@@ -1,0 +1,104 @@
+"""Launching our Triton kernels without Triton's per-call argument binding.
+
+``kernel[grid](...)`` binds and specialises every argument on each call to find the compiled
+variant, then calls its launcher. On the H200 (triton 3.6, ``scripts/bench_launch.py``, run 10)
+that took 16-34 us of host time per launch of our serving-path kernels, against 6-10 us for the
+launcher alone. A draft round at page > 1 makes five such launches on a host-bound server's
+critical path.
+
+:func:`launch` keeps each kernel's compiled variants keyed by what Triton specialises them on,
+*for kernels that opt out of every value specialisation*: every runtime integer parameter in
+``do_not_specialize`` and every pointer parameter in ``do_not_specialize_on_alignment``. Then a
+variant depends only on the tensors' dtypes, the integers' widths, the constexprs and the launch
+options, which is the key here. A key's first call goes through Triton (which compiles if it
+must) and keeps the compiled variant it returns; later calls with that key go straight to the
+variant's launcher. Every other call goes through Triton: the interpreter, a launch hook set
+(a profiler's), an argument of another type, a kernel that specialises on values.
+"""
+
+import torch
+from triton import knobs
+
+_UNSUPPORTED = object()
+
+
+def _width(x: int) -> str:
+    # Triton's type for a non-specialised Python int argument
+    if -(2 ** 31) <= x < 2 ** 31:
+        return "i32"
+    return "i64" if -(2 ** 63) <= x < 2 ** 63 else "u64"
+
+
+class _KernelLaunches:
+    """One kernel's compiled variants, by key; built at its first :func:`launch`."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.names = list(kernel.arg_names)
+        params = kernel.params
+        self.defaults = {p.name: p.default for p in params if p.has_default}
+        self.constexpr = {p.name for p in params if p.is_constexpr}
+        self.int_ok = {p.name for p in params if p.do_not_specialize}
+        self.ptr_ok = {p.name for p in params if p.do_not_specialize_on_alignment}
+        self.variants = {}
+
+    def key(self, args, constexprs, options):
+        parts = []
+        for name, a in zip(self.names, args):
+            if isinstance(a, torch.Tensor):
+                if name not in self.ptr_ok:
+                    return _UNSUPPORTED
+                parts.append(a.dtype)
+            elif type(a) is int:
+                if name not in self.int_ok:
+                    return _UNSUPPORTED
+                parts.append(_width(a))
+            else:
+                return _UNSUPPORTED
+        return (torch.cuda.current_device(), tuple(parts), tuple(constexprs.items()), tuple(options.items()))
+
+    def values(self, args, constexprs):
+        # every parameter in signature order, constexprs included, as Triton passes them on
+        rest = self.names[len(args):]
+        return tuple(args) + tuple(constexprs[n] if n in constexprs else self.defaults[n] for n in rest)
+
+
+_launches = {}
+
+
+def _fast_path_possible(kernel) -> bool:
+    if not hasattr(kernel, "device_caches"):  # the interpreter's kernels have no compiled variants
+        return False
+    # Triton 3.6 keeps launch hooks in (normally empty) chains; a profiler adds to them
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return False
+    return True
+
+
+def launch(kernel, grid, args: tuple, constexprs: dict, **options) -> None:
+    """``kernel[grid](*args, **constexprs, **options)``, through the compiled variant's launcher
+    once Triton has resolved that variant for this key (module docstring).
+
+    ``args`` are the leading runtime parameters in signature order; ``constexprs`` names the
+    constexpr parameters after them; ``options`` are launch options (``num_warps`` ...).
+    """
+    if not _fast_path_possible(kernel):
+        kernel[grid](*args, **constexprs, **options)
+        return
+    state = _launches.get(kernel)
+    if state is None:
+        state = _launches[kernel] = _KernelLaunches(kernel)
+    key = state.key(args, constexprs, options)
+    compiled = state.variants.get(key) if key is not _UNSUPPORTED else None
+    if compiled is None:
+        compiled = kernel[grid](*args, **constexprs, **options)
+        if hasattr(compiled, "result"):  # an asynchronous compile's future
+            compiled = compiled.result()
+        if key is not _UNSUPPORTED and compiled is not None:
+            state.variants[key] = compiled
+        return
+    g = tuple(grid) + (1, 1)
+    stream = torch._C._cuda_getCurrentRawStream(key[0])
+    compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
+                 *state.values(args, constexprs))
