@@ -19,6 +19,8 @@
   read-before-write order), one launch per chunk.
 - :mod:`.verify_bookkeeping` the paged verify's source slots and per-request free
   counts (SGLang's ``get_src_tgt_cache_loc``), in one launch.
+- :mod:`.launch` how the others launch: through the compiled variant's launcher once
+  Triton has resolved the variant, skipping its per-call argument binding.
 
 Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
 (``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels,
