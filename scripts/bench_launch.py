@@ -162,7 +162,6 @@ CASES = {"assign (free pages)": assign_case, "duplicate (1 layer)": duplicate_ca
 
 def floors():
     import triton
-    import triton.language as tl  # noqa: F401  (the kernels' annotations)
 
     @triton.jit
     def _empty1(x):

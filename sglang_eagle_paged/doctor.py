@@ -283,6 +283,16 @@ def run(args) -> int:
             ok &= _line(False, "hooks", str(exc))
         except Exception as exc:  # doctor reports, never crashes
             ok &= _line(False, "hooks", f"{type(exc).__name__}: {exc}")
+    from .kernels import launch as kernel_launch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        launches = "Triton's interpreter (no compiled variants)"
+    elif kernel_launch._ENABLED:
+        launches = "direct to the compiled variant after its first launch (the default)"
+    else:
+        launches = (f"through Triton's kernel[grid] ({kernel_launch.ENV_VAR}=0 or a Triton release other than "
+                    f"{', '.join(kernel_launch.CHECKED_TRITON)})")
+    _line(None, "kernel launches", launches)
     if not args.no_self_test:
         label = f"kernel self-test ({device}{', Triton interpreter' if device == 'cpu' else ''})"
         try:

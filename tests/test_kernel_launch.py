@@ -52,6 +52,7 @@ class StandIn:
 
 @pytest.fixture(autouse=True)
 def no_gpu_needed(monkeypatch):
+    monkeypatch.setattr(launch_mod, "_ENABLED", True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
     monkeypatch.setattr(launch_mod, "_launches", {})
@@ -117,3 +118,21 @@ def test_the_interpreter_launches_as_before():
     k, x = Interpreted(), torch.zeros(2)
     launch(k, (2,), (x, 3), dict(BLOCK=8), num_warps=1)
     assert k.log == [((2,), (x, 3), dict(BLOCK=8, num_warps=1))]
+
+
+@pytest.mark.parametrize("version,env,enabled", [("3.6.0", None, True), ("3.6.1", "1", True), ("3.6.0", "0", False),
+                                                 ("3.6.0", "off", False), ("3.7.0", None, False), ("3.5.1", None, False)])
+def test_only_on_the_checked_triton_release_and_unless_turned_off(monkeypatch, version, env, enabled):
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", version)
+    if env is None:
+        monkeypatch.delenv(launch_mod.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(launch_mod.ENV_VAR, env)
+    assert launch_mod._enabled() is enabled
+    monkeypatch.setattr(launch_mod, "_ENABLED", enabled)
+    k, x = StandIn(), torch.zeros(4, dtype=torch.int64)
+    for _ in range(2):
+        launch(k, (1,), (x, 5), dict(BLOCK=64))
+    assert [e[0] for e in k.log] == ["triton", "launcher" if enabled else "triton"]

@@ -13,11 +13,20 @@ variant depends only on the tensors' dtypes, the integers' widths, the constexpr
 options, which is the key here. A key's first call goes through Triton (which compiles if it
 must) and keeps the compiled variant it returns; later calls with that key go straight to the
 variant's launcher. Every other call goes through Triton: the interpreter, a launch hook set
-(a profiler's), an argument of another type, a kernel that specialises on values.
+(a profiler's), an argument of another type, a kernel that specialises on values, a Triton
+release other than the one this was checked on (3.6, whose launcher's calling convention it
+uses), or ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH=0``. Triton's debug and instrumentation settings
+are those of a variant's first launch.
 """
 
+import os
+
 import torch
+import triton
 from triton import knobs
+
+ENV_VAR = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
+CHECKED_TRITON = ("3.6",)
 
 _UNSUPPORTED = object()
 
@@ -66,8 +75,16 @@ class _KernelLaunches:
 _launches = {}
 
 
+def _enabled() -> bool:
+    release = ".".join(triton.__version__.split(".")[:2])
+    return release in CHECKED_TRITON and os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+_ENABLED = _enabled()
+
+
 def _fast_path_possible(kernel) -> bool:
-    if not hasattr(kernel, "device_caches"):  # the interpreter's kernels have no compiled variants
+    if not _ENABLED or not hasattr(kernel, "device_caches"):  # the interpreter's kernels: no variants
         return False
     # Triton 3.6 keeps launch hooks in (normally empty) chains; a profiler adds to them
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
