@@ -114,18 +114,18 @@ def duplicate_case(bs, page, topk, steps):
     from sglang_eagle_paged.kernels import duplicate_kv_pairs
 
     layout = assign_case(bs, page, topk, steps)()
-    _, table = _pool(1)
-    return lambda: duplicate_kv_pairs(table, layout.tgt_loc, layout.src_loc)
+    buffers, table = _pool(1)  # the table holds only the buffers' addresses: keep them alive
+    return lambda: duplicate_kv_pairs(table, layout.tgt_loc, layout.src_loc) or buffers
 
 
 def move_case(bs, page, topk, steps):
     from sglang_eagle_paged.kernels.move_rows import move_kv_rows
 
-    _, table = _pool(32, slots=4096, heads=2)
+    buffers, table = _pool(32, slots=4096, heads=2)  # kept alive by the closure, as above
     n = bs * (steps + 1)  # about one round's accepted tokens; disjoint, so a repeat writes the same
     src = torch.arange(1000, 1000 + n, device=DEV)
     tgt = torch.arange(2000, 2000 + n, device=DEV)
-    return lambda: move_kv_rows(table, tgt, src)
+    return lambda: move_kv_rows(table, tgt, src) or buffers
 
 
 def bookkeeping_case(bs, page, topk, steps):
