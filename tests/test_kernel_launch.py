@@ -136,3 +136,26 @@ def test_only_on_the_checked_triton_release_and_unless_turned_off(monkeypatch, v
     for _ in range(2):
         launch(k, (1,), (x, 5), dict(BLOCK=64))
     assert [e[0] for e in k.log] == ["triton", "launcher" if enabled else "triton"]
+
+
+def test_every_serving_kernel_can_take_the_direct_path():
+    """Each kernel the plugin launches per round opts out of every value and alignment
+    specialisation, or launch() would send it through Triton every time."""
+    import inspect
+
+    from sglang_eagle_paged.kernels.assign import _assign_tree_draft_slots_kernel
+    from sglang_eagle_paged.kernels.draft_decode_metadata import (
+        _draft_decode_metadata_all_steps_kernel, _draft_decode_metadata_kernel)
+    from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
+    from sglang_eagle_paged.kernels.expand_metadata import _expand_draft_page_table_kernel
+    from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel
+    from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
+    from sglang_eagle_paged.kernels.verify_bookkeeping import _src_to_free_kernel
+
+    for k in (_assign_tree_draft_slots_kernel, _duplicate_kv_kernel, _move_rows_kernel, _src_to_free_kernel,
+              _draft_decode_metadata_all_steps_kernel, _draft_decode_metadata_kernel,
+              _expand_draft_page_table_kernel, _tree_extension_kernel):
+        opts = k.kwargs  # the interpreter keeps triton.jit's options here
+        exempt = set(opts["do_not_specialize"] or []) | set(opts["do_not_specialize_on_alignment"] or [])
+        runtime = {p.name for p in inspect.signature(k.fn).parameters.values() if "constexpr" not in str(p.annotation)}
+        assert runtime <= exempt, (k.fn.__name__, runtime - exempt)

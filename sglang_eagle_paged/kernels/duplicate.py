@@ -22,10 +22,14 @@ _INT_TYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
 _TL_TYPES = {8: tl.int64, 4: tl.int32, 2: tl.int16, 1: tl.uint8}
 
 
-# Nothing value- or alignment-specialised (the rows' addresses come from the table, not these
-# arguments' alignment): one variant per configuration, which .launch can reuse directly.
-@triton.jit(do_not_specialize=["num_pairs"],
-            do_not_specialize_on_alignment=["buf_ptrs", "buf_row_elems", "src_loc", "tgt_loc"])
+# For kernels over (table, src_loc, tgt_loc, num_pairs): nothing value- or alignment-specialised
+# (the rows' addresses come from the table, not these arguments' alignment), so one variant per
+# configuration, which .launch can reuse directly.
+PAIR_KERNEL_OPTIONS = dict(do_not_specialize=["num_pairs"],
+                           do_not_specialize_on_alignment=["buf_ptrs", "buf_row_elems", "src_loc", "tgt_loc"])
+
+
+@triton.jit(**PAIR_KERNEL_OPTIONS)
 def _duplicate_kv_kernel(
     buf_ptrs,        # [n_buffers] int64 base addresses
     buf_row_elems,   # [n_buffers] int64 row length in ELEM units

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .duplicate import _TL_TYPES, KVBufferTable
+from .duplicate import _TL_TYPES, PAIR_KERNEL_OPTIONS, KVBufferTable
 from .launch import launch
 
 # SGLang's chunk (``_kv_copy_config["num_locs_upper"]``): reads of a chunk happen before
@@ -46,8 +46,7 @@ _MAX_BLOCK_E = 16
 _NUM_WARPS = 8
 
 
-@triton.jit(do_not_specialize=["num_pairs"],
-            do_not_specialize_on_alignment=["buf_ptrs", "buf_row_elems", "src_loc", "tgt_loc"])
+@triton.jit(**PAIR_KERNEL_OPTIONS)
 def _move_rows_kernel(
     buf_ptrs,        # [n_buffers] int64 base addresses
     buf_row_elems,   # [n_buffers] int64 row length in ELEM units
