@@ -213,7 +213,7 @@ def fused_replay_hook(original, multi, forward_batch, bs):
 def warm_up(device, topk: int, steps: int, page_size: int) -> None:
     """Compile the selected replacements' kernels for every index dtype serving hands them.
 
-    SGLang 0.5.12's draft graph runner passes the batch's int64 ``seq_lens`` where the batch
+    SGLang's draft graph runner (0.5.11 and 0.5.12 alike) passes the batch's int64 ``seq_lens`` where the batch
     size has a graph of its own, and its int32 graph buffer where it pads the batch; FA3 derives
     ``last_page_lens`` from either. Each dtype is a Triton variant of its own, and a variant
     first met while serving stalls the scheduler for its compile: on the H200 (run 10) the

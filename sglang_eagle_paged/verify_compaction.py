@@ -61,7 +61,7 @@ def kernel_problem(args) -> str | None:
     return "its results differ from the eager ops"
 
 
-# The index dtypes SGLang 0.5.12's verify hands the hook: int32 from its sampling kernel, and an
+# The index dtypes SGLang's verify (0.5.11 and 0.5.12) hands the hook: int32 from its sampling kernel, and an
 # int64 num_correct_drafts in a round where a request finished mid-tree (recounted in torch).
 # Each combination is a Triton variant of its own; one first met while serving stalls the
 # scheduler for its compile, so warm-up compiles them all.
