@@ -23,7 +23,6 @@ smoke test, and times nothing.
 """
 
 import argparse
-import inspect
 import json
 import os
 import statistics
@@ -59,16 +58,17 @@ def recorded_launches():
 
 
 def launcher_only(kernel, args, kwargs):
-    """A call of the compiled variant's launcher with these arguments, skipping Triton's
-    per-call binding; valid only for the variant the recorded launch compiled."""
+    """A call of the compiled variant's launcher with these arguments, skipping Triton's per-call
+    binding, with the argument tuple ``kernels/launch.py`` passes; valid only for the variant the
+    recorded launch compiled."""
+    from sglang_eagle_paged.kernels.launch import _KernelLaunches
+
     kwargs = dict(kwargs)
     grid = kwargs.pop("grid")
     compiled = kernel.run(*args, grid=grid, warmup=False, **kwargs)
-    sig = inspect.signature(kernel.fn)
-    bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
-    bound.apply_defaults()
-    values = tuple(bound.arguments[p] for p in sig.parameters)
-    g = tuple(grid(bound.arguments) if callable(grid) else grid) + (1, 1)
+    state = _KernelLaunches(kernel)
+    values = tuple(args) + state.tail(len(args), {k: v for k, v in kwargs.items() if k in state.names})
+    g = tuple(grid) + (1, 1)
     stream = torch.cuda.current_stream().cuda_stream
     run, function, meta = compiled.run, compiled.function, compiled.packed_metadata
     return lambda: run(g[0], g[1], g[2], stream, function, meta, None, None, None, *values)

@@ -406,13 +406,13 @@ def test_triton_variants_counts_only_named_kernel_files(tmp_path):
     assert counts["_duplicate_kv_kernel"] == 0 and "unrelated" not in counts
 
 
-def test_all_variants_counts_every_kernel_but_not_group_files(tmp_path):
+def test_compiled_since_counts_every_kernel_but_not_group_files(tmp_path):
     for h, name in [("a", "alloc_extend_kernel"), ("b", "alloc_extend_kernel"), ("b", "__grp__alloc_extend_kernel"),
                     ("c", "_duplicate_kv_kernel")]:
         (tmp_path / h).mkdir(exist_ok=True)
         (tmp_path / h / f"{name}.json").write_text("{}")
-    assert triton_cache.all_variants(tmp_path) == {"alloc_extend_kernel": 2, "_duplicate_kv_kernel": 1}
-    assert triton_cache.all_variants(tmp_path / "missing") == {}
+    assert triton_cache.compiled_since({}, tmp_path)[1] == {"alloc_extend_kernel": 2, "_duplicate_kv_kernel": 1}
+    assert triton_cache.compiled_since({}, tmp_path / "missing")[1] == {}
 
 
 def test_compiled_since_names_each_new_variant_with_its_signature(tmp_path):

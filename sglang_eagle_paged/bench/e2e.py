@@ -174,7 +174,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
         run_benchmark(server.base_url, mix, parallel=mix_parallel, **bench_kw)
     record["triton_variants_after_warmup"] = triton_cache.variants(cache_dir)
-    every_kernel = triton_cache.variant_entries(cache_dir)
+    entries_before = triton_cache.variant_entries(cache_dir)
     # Every configuration reports each token's runner-up, so that any run can be the
     # reference that places a divergence on a near-tie (numerics) or not. Throughput of
     # this pass includes that cost (earlier runs paid it on nospec_p1 only); throughput
@@ -202,7 +202,7 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     record["triton_variants_after_run"] = triton_cache.variants(cache_dir)
     # any kernel's, SGLang's too: a compile inside the timed pass reads as lower throughput
     _, record["triton_compiled_during_run"], record["triton_compiled_during_run_signatures"] = (
-        triton_cache.compiled_since(every_kernel, cache_dir))
+        triton_cache.compiled_since(entries_before, cache_dir))
     if parallel1_questions:
         one = run_benchmark(server.base_url, questions[:parallel1_questions], parallel=1, **bench_kw)
         record["summary_parallel1"] = one["summary"]

@@ -25,17 +25,9 @@ COUNTED_KERNELS = OUR_KERNELS + ("assign_draft_cache_locs", "copy_all_layer_kv_c
 def variants(cache_dir) -> dict:
     """Compiled variants per counted kernel in a Triton cache dir (one ``<name>.json`` per variant)."""
     counts = {name: 0 for name in COUNTED_KERNELS}
-    for meta in Path(cache_dir).glob("*/*.json"):
-        if meta.stem in counts:
-            counts[meta.stem] += 1
-    return counts
-
-
-def all_variants(cache_dir) -> dict:
-    """Compiled variants per kernel name, every kernel in the cache dir (SGLang's too)."""
-    counts: dict = {}
     for name in variant_entries(cache_dir).values():
-        counts[name] = counts.get(name, 0) + 1
+        if name in counts:
+            counts[name] += 1
     return counts
 
 

@@ -42,14 +42,12 @@ class _KernelLaunches:
     """One kernel's compiled variants, by key; built at its first :func:`launch`."""
 
     def __init__(self, kernel):
-        self.kernel = kernel
         self.names = list(kernel.arg_names)
         params = kernel.params
         self.defaults = {p.name: p.default for p in params if p.has_default}
-        self.constexpr = {p.name for p in params if p.is_constexpr}
         self.int_ok = {p.name for p in params if p.do_not_specialize}
         self.ptr_ok = {p.name for p in params if p.do_not_specialize_on_alignment}
-        self.variants = {}
+        self.variants = {}  # key -> (compiled variant, the parameters after the runtime ones)
 
     def key(self, args, constexprs, options):
         parts = []
@@ -66,10 +64,10 @@ class _KernelLaunches:
                 return _UNSUPPORTED
         return (torch.cuda.current_device(), tuple(parts), tuple(constexprs.items()), tuple(options.items()))
 
-    def values(self, args, constexprs):
-        # every parameter in signature order, constexprs included, as Triton passes them on
-        rest = self.names[len(args):]
-        return tuple(args) + tuple(constexprs[n] if n in constexprs else self.defaults[n] for n in rest)
+    def tail(self, n_args, constexprs) -> tuple:
+        """The parameters after the ``n_args`` runtime ones, in signature order (constexprs, then
+        defaults): Triton passes every parameter on to the launcher. Fixed by the key."""
+        return tuple(constexprs[n] if n in constexprs else self.defaults[n] for n in self.names[n_args:])
 
 
 _launches = {}
@@ -107,15 +105,16 @@ def launch(kernel, grid, args: tuple, constexprs: dict, **options) -> None:
     if state is None:
         state = _launches[kernel] = _KernelLaunches(kernel)
     key = state.key(args, constexprs, options)
-    compiled = state.variants.get(key) if key is not _UNSUPPORTED else None
-    if compiled is None:
+    known = state.variants.get(key) if key is not _UNSUPPORTED else None
+    if known is None:
         compiled = kernel[grid](*args, **constexprs, **options)
         if hasattr(compiled, "result"):  # an asynchronous compile's future
             compiled = compiled.result()
         if key is not _UNSUPPORTED and compiled is not None:
-            state.variants[key] = compiled
+            state.variants[key] = (compiled, state.tail(len(args), constexprs))
         return
+    compiled, tail = known
     g = tuple(grid) + (1, 1)
     stream = torch._C._cuda_getCurrentRawStream(key[0])
     compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata, None, None, None,
-                 *state.values(args, constexprs))
+                 *args, *tail)
