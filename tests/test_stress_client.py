@@ -72,7 +72,9 @@ class FakeStressSGLang(FakeSGLang):
         if req.get("stream"):
             return self._stream(n_new)
         meta = {"prompt_tokens": len(ids), "completion_tokens": min(n_new, 4), "spec_verify_ct": 2,
-                "finish_reason": {"type": "length"}}
+                "finish_reason": {"type": "length"}, "cached_tokens": len(ids) - 1}
+        if len(ids) > 2:  # as SGLang with HiCache: part of the reused prefix came back from host memory
+            meta["cached_tokens_details"] = {"device": 1, "host": len(ids) - 2}
         answer = f"A{sum(ids) % 97}"
         if req.get("return_logprob"):
             meta["output_token_logprobs"] = [[-0.1, 5, answer]]
@@ -163,6 +165,8 @@ def test_run_prompts_records_outputs_margins_and_errors(fake):
     assert res["errors"] and res["errors"][0].startswith("bad/1:")
     assert res["outputs"]["p0/1"] == f"A{(1 + 20 + 21) % 97}" and res["outputs"]["bad/1"] is None
     assert res["prompt_tokens"]["p0/1"] == 3 and res["sent_tokens"]["p1/1"] == 2
+    assert res["cached_tokens"] == {"p0/1": 2, "p1/1": 1, "bad/1": None}
+    assert res["cached_host_tokens"] == {"p0/1": 1, "p1/1": None, "bad/1": None}
     assert res["tokens"]["p0/1"][0][1] == pytest.approx(0.2)
     assert all(r["return_logprob"] and r["top_logprobs_num"] == 2 for r in st["requests"])
     # Recorded like an e2e run: agreement compares two of them.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call(s): the GPU reliability suite (tests/gpu/test_reliability_gpu.py): KV pressure,
 # soak with aborts and empty prompts, 8k contexts on the testbed, 32k on the 8B-shaped dummy
-# pair, TP=2 vs TP=1.
+# pair, TP=2 vs TP=1, HiCache (prefixes loaded back from host memory).
 # KIND: nvidia-h200-x2 (the TP test needs 2 GPUs and skips on one).
 # The machine must be warm with SGLang core + FA3 installed (call_core.sh, then call_large.sh's
 # FA3 install, on the same x2 machine), like call_testbed.sh.
@@ -19,6 +19,7 @@
 #   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min
 #   REL_K="tp"                   2 servers together, then the TP=2 one alone (needs 2 GPUs), ~5 min
 #   REL_K="long32k"              2 dummy 8B servers, ~5 min (makes /tmp/models if missing)
+#   REL_K="hicache"              1 server (HiCache, page 64), two passes of 48 prompts, ~3 min (not run yet)
 # Results accumulate in /tmp/reliability/reliability.json: the same call again resumes.
 source scripts/device/prelude.sh
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
@@ -34,6 +35,6 @@ nvidia-smi -L
 # A minute's margin before the call's 600 s limit: an interrupted suite stops its servers and packs.
 timeout -s INT ${SUITE_S:-500} python3 -m pytest -m gpu tests/gpu/test_reliability_gpu.py -q -rA -s \
   -p no:cacheprovider ${REL_K:+-k "$REL_K"} > $OUT/pytest.log 2>&1
-echo "suite rc=$?"; grep -E "^\[reliability\]|^(pressure|8k|32k|soak|tp|acceptance|long|nospec)|passed|failed|PASSED|FAILED|SKIPPED|ERROR" $OUT/pytest.log | tail -60
+echo "suite rc=$?"; grep -E "^\[reliability\]|^(pressure|8k|32k|soak|tp|acceptance|long|nospec|hicache)|passed|failed|PASSED|FAILED|SKIPPED|ERROR" $OUT/pytest.log | tail -60
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd $REL_OUT && tar czf $OUT/reliability.tgz --exclude=triton_cache --exclude=models32k .)

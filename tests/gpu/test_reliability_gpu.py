@@ -1,7 +1,7 @@
-"""GPU reliability suite: KV pressure, soak with aborts, long contexts, tensor parallel.
+"""GPU reliability suite: KV pressure, soak with aborts, long contexts, tensor parallel, HiCache.
 
     pytest -m gpu tests/gpu/test_reliability_gpu.py      (scripts/device/call_reliability.sh on the H200)
-    -k pressure / soak / long8k / long32k / tp            one group of servers each
+    -k pressure / soak / long8k / long32k / tp / hicache  one group of servers each
 
 Results go to $REL_OUT/reliability.json (merged as they come; a re-run resumes), logs to
 $REL_OUT/logs. REL_REPLAY=path/to/reliability.json runs the assertions on a recording on
@@ -101,6 +101,18 @@ TP = [
 ]
 
 
+# 5. HiCache: a small device pool behind a host pool four times its size, page 64, the prefix check on.
+# The same prompts twice: the second pass reuses prefixes that were evicted to host memory and are
+# loaded back, target and draft KV alike, before our duplication copies their last pages.
+# --hicache-io-backend direct keeps fa3 for decoding: with the default kernel I/O, SGLang 0.5.12
+# moves decode attention off fa3 (to flashinfer, which reads KV per token, so the duplicated pages
+# would go unread).
+HICACHE_PROMPTS = dict(n=48, low=500, high=1500, max_new=128, parallel=8)
+HICACHE = [_spec(RunConfig("hicache_on_p64", page_size=64, extra=[
+    "--enable-hierarchical-cache", "--hicache-ratio", "4", "--hicache-io-backend", "direct", *INFO], **EAGLE),
+    31200, 16384, env=CHECK_PREFIX)]
+
+
 # --------------------------------------------------------------------------- workloads
 
 def _questions():
@@ -187,10 +199,20 @@ def _tp(with_margins):
     return run
 
 
+def _hicache(base):
+    src = _source(base, 20_000)
+    p = HICACHE_PROMPTS
+    prompts = src.prompts(stress.seeded_lengths(p["n"], p["low"], p["high"], SEED + 2), seed=SEED + 2, tag="hc")
+    kw = dict(parallel=p["parallel"], max_new_tokens=p["max_new"])
+    first = stress.run_prompts(base, prompts, top_logprobs=2, **kw)  # margins: the second pass is judged by them
+    second = stress.run_prompts(base, prompts, **kw)
+    return {"first": first, "second": second, "after": stress.idle_check(base, idle_s=5)}
+
+
 WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k_on_p128": _long8k,
              "long8k_off_p128": _long8k, "soak_on_p128": _soak, "long32k_on_p128": _long32k,
              "long32k_off_p128": _long32k, "tp_nospec_ref_p1": _tp(True), "tp1_on_p64": _tp(False),
-             "tp2_on_p64": _tp(False)}
+             "tp2_on_p64": _tp(False), "hicache_on_p64": _hicache}
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -202,9 +224,9 @@ WORKLOADS = {"nospec_ref_p1": _reference, "pressure_on_p128": _pressure, "long8k
 # started beside them, SGLang refused it, "The memory capacity is unbalanced"; run 5: started last,
 # the call's time limit came first).
 GPUS = int(os.environ.get("REL_GPUS", "1"))
-# REL_GROUPS=tp (comma-separated: pressure, soak, long32k, tp) limits a run to those groups: with
+# REL_GROUPS=tp (comma-separated: pressure, soak, long32k, tp, hicache) limits a run to those groups: with
 # REL_GPUS=2 the first fixture otherwise starts every group's servers. Tests of other groups skip.
-GROUPS = [g for g in os.environ.get("REL_GROUPS", "pressure,soak,long32k,tp").split(",") if g]
+GROUPS = [g for g in os.environ.get("REL_GROUPS", "pressure,soak,long32k,tp,hicache").split(",") if g]
 COSTS = {"soak_on_p128": 4.0, "long32k_on_p128": 2.0, "long32k_off_p128": 2.0}
 _together = {}
 # Triton caches of earlier servers (colon-separated globs), as in the e2e suite's E2E_TRITON_SEED.
@@ -240,6 +262,7 @@ def _run(specs):
         if "results" not in _together:
             specs = (PRESSURE + LONG8K if "pressure" in GROUPS else []) + (SOAK if "soak" in GROUPS else [])
             specs += LONG32K if "long32k" in GROUPS and _long32k_models_ready() else []
+            specs += HICACHE if "hicache" in GROUPS else []
             specs += TP if "tp" in GROUPS and torch.cuda.device_count() >= 2 else []
             _together["results"] = stress.run_group(specs, WORKLOADS, out_json=str(OUT / "reliability.json"),
                                                     log_dir=str(OUT / "logs"), gpus=GPUS, costs=COSTS,
@@ -272,6 +295,12 @@ def long32k():
     if not REPLAY and not _long32k_models_ready():
         pytest.skip(f"no {LARGE}/target and draft: run scripts/device/make_dummy_large.py {LARGE} first")
     return _run(LONG32K)
+
+
+@pytest.fixture(scope="session")
+def hicache():
+    _selected("hicache")
+    return _run(HICACHE)
 
 
 @pytest.fixture(scope="session")
@@ -315,7 +344,7 @@ def _clean_log(rec):
 
 def _near_ties(ref_run, run, label):
     agree = run_agreement(ref_run, run)
-    print(f"{label}: {agree['exact']}/{agree['compared']} identical to non-speculative; near-tie share "
+    print(f"{label}: {agree['exact']}/{agree['compared']} identical to the reference; near-tie share "
           f"{agree['near_tie_share']} (<= {NEAR_TIE}; median margin {agree['margin_median']}, max "
           f"{agree['margin_max']}); first {agree['first_divergence']}")
     assert agree["compared"] == len(ref_run["outputs"])
@@ -410,7 +439,7 @@ def test_soak_pool_empty_and_healthy_at_the_end(soaked):
 
 # --------------------------------------------------------------------------- 1+2. prefix KV integrity
 
-PREFIX_CHECKED = {"pressure_on_p128": "pressure", "soak_on_p128": "soaked"}  # server -> fixture
+PREFIX_CHECKED = {"pressure_on_p128": "pressure", "soak_on_p128": "soaked", "hicache_on_p64": "hicache"}  # server -> fixture
 
 
 @pytest.mark.parametrize("name", sorted(PREFIX_CHECKED))
@@ -449,6 +478,44 @@ def test_long32k_throughput_ours_vs_builtin(long32k):
     print(f"32k x {LONG32K_PROMPTS['n']} (dummy 8B): ours {so['output_throughput']:.1f} tok/s, built-in "
           f"{sb['output_throughput']:.1f} tok/s, ratio {so['output_throughput'] / sb['output_throughput']:.3f}")
     assert so["output_throughput"] > 0 and sb["output_throughput"] > 0
+
+
+# --------------------------------------------------------------------------- 5. HiCache
+
+def test_hicache_serves_and_loads_prefixes_back_from_host(hicache):
+    rec = _ok(hicache, "hicache_on_p64")
+    first, second = _run_ok(rec, "first"), _run_ok(rec, "second")
+    _clean_log(rec)
+    host = sum(v or 0 for v in second["cached_host_tokens"].values())
+    reused = sum(v or 0 for v in second["cached_tokens"].values())
+    sent = sum(second["sent_tokens"].values())
+    print(f"hicache second pass: {reused} of {sent} prompt tokens reused, {host} of them loaded from host; "
+          f"first pass reused {sum(v or 0 for v in first['cached_tokens'].values())}")
+    assert host > 0, "no prefix came back from host memory: this workload did not exercise HiCache"
+    after = rec["after"]
+    assert after["drain_s"] is not None and after["health_generate_status"] == 200, after
+    assert after["loads_idle"]["num_running_reqs"] == 0, after
+
+
+def test_hicache_reloaded_prefixes_give_the_same_outputs(hicache):
+    """Prefix KV loaded back from host memory decodes as the KV computed in the first pass did:
+    identical outputs, or divergences on near-ties of the first pass."""
+    rec = _ok(hicache, "hicache_on_p64")
+    _near_ties(_run_ok(rec, "first"), _run_ok(rec, "second"), "hicache_on_p64, second pass vs first")
+
+
+def test_hicache_reloaded_prefixes_keep_acceptance(hicache):
+    """The draft reads the reloaded draft KV, through our duplicated last pages at page 64: garbage
+    there would lower acceptance (as index-only duplication does on fa3), so it may not drop by more
+    than 3% or the paired per-prompt noise."""
+    rec = _ok(hicache, "hicache_on_p64")
+    first, second = _run_ok(rec, "first"), _run_ok(rec, "second")
+    a1, a2 = first["summary"]["acceptance_length"], second["summary"]["acceptance_length"]
+    diffs = parity.paired_diffs(second["spec_counts"], first["spec_counts"])
+    band = parity.band(a1, diffs, tests=1, tol=PARITY_TOL, two_sided=False)
+    print(f"hicache acceptance: first pass {a1:.3f}, second (prefixes reloaded) {a2:.3f}; band {band:.3f} "
+          f"over {len(diffs or [])} prompts")
+    assert a2 >= a1 - band
 
 
 # --------------------------------------------------------------------------- 4. tensor parallel

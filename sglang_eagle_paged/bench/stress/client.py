@@ -21,6 +21,9 @@ def _meta_record(out: dict) -> dict:
         "spec_verify_ct": meta.get("spec_verify_ct"),
         "finish_reason": fr.get("type") if isinstance(fr, dict) else fr,
         "output": out.get("text", "") if isinstance(out, dict) else "",
+        # prefix tokens the server reused, and (HiCache) how many of them it loaded back from host memory
+        "cached_tokens": meta.get("cached_tokens"),
+        "cached_host_tokens": (meta.get("cached_tokens_details") or {}).get("host"),
     }
     tokens = token_margins(meta)
     if tokens is not None:
@@ -56,6 +59,8 @@ def run_prompts(base_url: str, prompts: Mapping[str, dict], *, parallel: int = 1
         "prompt_tokens": {r["key"]: r.get("prompt_tokens") for r in records},
         "sent_tokens": {r["key"]: r["sent_tokens"] for r in records},
         "finish_reasons": {r["key"]: r.get("finish_reason") for r in records},
+        "cached_tokens": {r["key"]: r.get("cached_tokens") for r in records},
+        "cached_host_tokens": {r["key"]: r.get("cached_host_tokens") for r in records},
         "errors": [f"{r['key']}: {r['error']}" for r in records if r.get("error")][:10],
         # per request, for paired comparisons (bench.parity), as e2e records MT-bench runs
         "spec_counts": parity.spec_counts((r["key"], r) for r in records),
