@@ -34,6 +34,9 @@ FA3_MULTI_STEP_REPLAY = FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_replay_
 MHA_POOL = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool"
 MOVE_KV_CACHE = MHA_POOL + ".move_kv_cache"
 PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
+# Its Triton kernel, launched as alloc_extend_kernel[(bs,)](prefix_lens, seq_lens, last_loc, free_pages,
+# out_indices, next_power_of_2(bs), page_size) in 0.5.11 .. 0.5.12.post1 (allocator_warm_up.py)
+ALLOC_EXTEND_KERNEL = "sglang.srt.mem_cache.allocator.alloc_extend_kernel"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
 # The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is eager). Imported by
 # name into eagle_info and ngram_info: the registry patches those modules' references too.
@@ -101,6 +104,15 @@ def mha_pool_class():
 def paged_allocator_class():
     """SGLang's paged allocator class, resolved once (checked every draft step)."""
     return resolve(PAGED_ALLOCATOR)
+
+
+def max_batch_size(worker) -> int | None:
+    """The most requests one of the worker's batches can hold: --max-running-requests (SGLang sets
+    48 for EAGLE when it is not given), else the request pool's size; None where neither is known."""
+    limit = getattr(getattr(worker, "server_args", None), "max_running_requests", None)
+    if limit is None:
+        limit = getattr(getattr(worker, "req_to_token_pool", None), "size", None)
+    return int(limit) if limit else None
 
 
 def worker_kv_pools(worker) -> dict:

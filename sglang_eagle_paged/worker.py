@@ -176,6 +176,9 @@ def warm_up(worker) -> None:
         from . import fa3_metadata
 
         fa3_metadata.warm_up(device, topk, steps, page)
+    from . import allocator_warm_up
+
+    allocator_warm_up.warm_up(device, page, compat.max_batch_size(worker))
 
 
 def _draft_attention_is_fa3(worker) -> bool:

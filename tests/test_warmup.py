@@ -139,3 +139,16 @@ def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
     h.worker.draft_attn_backend = type(name, (), {"__module__": module})()
     warm_up(h.worker)
     assert calls == [(h.worker.device, 4, 3, 16)]
+
+
+def test_sglangs_allocation_kernel_warms_up_for_the_workers_batch_bound(monkeypatch):
+    from types import SimpleNamespace
+
+    from sglang_eagle_paged import allocator_warm_up
+
+    calls = []
+    monkeypatch.setattr(allocator_warm_up, "warm_up", lambda *a: calls.append(a))
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
+    h.worker.server_args = SimpleNamespace(max_running_requests=48)  # what SGLang sets for EAGLE
+    warm_up(h.worker)
+    assert calls == [(h.worker.device, 16, 48)]
