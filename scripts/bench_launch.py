@@ -18,7 +18,7 @@ kernel here takes 2-15 us of device time, under its host time, so the loop is ho
 the median of ``--repeats`` loops of ``--calls`` calls. Before timing, each case checks that
 the launcher alone writes exactly what the wrapper wrote. Needs only torch and triton and a
 CUDA GPU (no SGLang): ``python scripts/bench_launch.py --out DIR`` writes ``launch.json`` and
-``launch.md``. On a machine without a GPU it runs the wrappers under the interpreter, as a
+``launch.md`` and ``launch.png``. On a machine without a GPU it runs the wrappers under the interpreter, as a
 smoke test, and times nothing.
 """
 
@@ -223,6 +223,36 @@ def markdown(res) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(res, path) -> str | None:
+    """Host us per call of each case and batch size, the three ways, with the floors as lines; None
+    without matplotlib or timings (the CPU smoke test)."""
+    rows = [r for r in res["cases"] if "wrapper_us" in r]
+    if not rows:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4.2))
+    xs = range(len(rows))
+    for i, (key, label) in enumerate((("wrapper_us", "wrapper"), ("triton_us", "triton kernel[grid]"),
+                                      ("launcher_us", "launcher alone"))):
+        ax.bar([x + (i - 1) * 0.27 for x in xs], [r[key] for r in rows], 0.27, label=label)
+    for (name, us), style in zip(res["floors"].items(), ("--", ":", "-.")):
+        ax.axhline(us, color="gray", ls=style, lw=1, label=name)
+    ax.set_xticks(list(xs), [f"{r['case']}, bs {r['bs']}" for r in rows], fontsize=6, rotation=30, ha="right")
+    ax.set_ylabel("host us per call")
+    ax.set_title(f"launch host time, {res['device']}", fontsize=9)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def main(argv=None):
     import triton
 
@@ -246,6 +276,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     (out / "launch.json").write_text(json.dumps(res, indent=1))
     (out / "launch.md").write_text(markdown(res))
+    plot(res, out / "launch.png")
     print(markdown(res))
     bad = [r["case"] for r in res["cases"] if r.get("launcher_writes_the_same") is False]
     return 1 if bad else 0
