@@ -288,6 +288,17 @@ RuntimeError: CUDA error: an illegal memory access was encountered
 """
 
 
+def test_scan_log_file_reads_plain_and_gzipped_logs(tmp_path):
+    import gzip
+
+    plain = tmp_path / "a.log"
+    plain.write_text(LOG)
+    with gzip.open(tmp_path / "b.log.gz", "wt") as f:
+        f.write(LOG)
+    assert stress.scan_log_file(plain) == stress.scan_log_file(tmp_path / "b.log.gz") == stress.scan_log(LOG)
+    assert "error" in stress.scan_log_file(tmp_path / "missing.log")
+
+
 def test_scan_log():
     s = stress.scan_log(LOG)
     assert s["retract"] == 2 and s["retracted_reqs"] == 5

@@ -247,6 +247,8 @@ def _replay():
     if logs.is_dir():
         for name, rec in results.items():
             log = logs / Path(rec.get("log") or f"{name}.log").name
+            if not log.is_file():
+                log = log.with_name(log.name + ".gz")  # large logs are committed gzipped
             if log.is_file():
                 rec["log_scan"] = stress.scan_log_file(log)
                 rec["log_scan_source"] = str(log)

@@ -88,7 +88,14 @@ def scan_log(text: str, examples: int = 3) -> dict:
 
 
 def scan_log_file(path) -> dict:
+    """:func:`scan_log` of a server log, plain or gzipped (``.gz``: how large committed logs are kept)."""
+    path = Path(path)
     try:
-        return scan_log(Path(path).read_text(errors="replace"))
+        if path.suffix == ".gz":
+            import gzip
+
+            with gzip.open(path, "rt", errors="replace") as f:
+                return scan_log(f.read())
+        return scan_log(path.read_text(errors="replace"))
     except OSError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
