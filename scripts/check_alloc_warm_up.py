@@ -39,31 +39,12 @@ def _timed_warm_up(device, page, max_batch) -> dict:
     return {"launches": launches, "seconds": round(time.perf_counter() - t, 3)}
 
 
-def _serve(device, page, max_batch, seed=0) -> int:
-    """Allocations of every batch size up to max_batch, twice each (the free list's start moves by
-    odd and even page counts); returns how many slots were handed out."""
-    import torch
-
+def _serve(device, page, max_batch) -> int:
+    """Allocations of every batch size up to max_batch (harness.extend_batches); the slots handed out."""
     from sglang_eagle_paged.harness import PagedTreeHarness
 
     h = PagedTreeHarness(page, 2, 1, num_tokens=1 << 20, device=device)
-    gen = torch.Generator().manual_seed(seed)
-    total = 0
-    for bs in range(1, max_batch + 1):
-        for _ in range(2):
-            prefix = torch.randint(0, 4 * page, (bs,), generator=gen)
-            extend = torch.randint(1, 3 * page, (bs,), generator=gen)
-            partial = prefix % page != 0
-            last_loc = torch.full((bs,), -1, dtype=torch.int64)
-            last_loc[partial] = page * 10 + prefix[partial] % page - 1
-            seq = prefix + extend
-            n = int(extend.sum())
-            out = h.allocator.alloc_extend(prefix.to(device), prefix, seq.to(device), seq, last_loc.to(device), n)
-            if out is None:
-                raise RuntimeError("allocator ran out: raise num_tokens")
-            total += n
-            h.allocator.free(out)
-    return total
+    return h.extend_batches(range(1, max_batch + 1), free=True)
 
 
 def child(args) -> int:

@@ -39,9 +39,8 @@ def warm_up(device, page_size: int, max_batch: int | None) -> int:
         return 0
     try:
         kernel = compat.resolve(compat.ALLOC_EXTEND_KERNEL)
-        launches = 0
+        launches, i64 = 0, dict(dtype=torch.int64, device=device)
         for bucket in buckets(max_batch):
-            i64 = dict(dtype=torch.int64, device=device)
             # one new token per request, on a fresh page: every program reads one free page
             prefix_lens, seq_lens = torch.zeros(bucket, **i64), torch.ones(bucket, **i64)
             last_loc, out = torch.zeros(bucket, **i64), torch.empty(bucket, **i64)

@@ -73,6 +73,32 @@ class PagedTreeHarness:
         self.requests[row] = slots.cpu()
         return row
 
+    def extend_batches(self, batch_sizes, *, rounds: int = 2, seed: int = 0, free: bool = False) -> int:
+        """SGLang's ``alloc_extend`` on batches of these sizes, as prefill and the paged verify call
+        it: random prefixes (partial last pages included) grown by 1 to 2 pages' worth of tokens,
+        ``rounds`` batches per size, so the free list's start moves by odd and even page counts.
+        ``free`` gives each batch's slots back at once. Returns the slots handed out."""
+        page = self.page_size
+        gen = torch.Generator().manual_seed(seed)
+        total = 0
+        for bs in batch_sizes:
+            for _ in range(rounds):
+                prefix = torch.randint(0, 3 * page, (bs,), generator=gen)
+                extend = torch.randint(1, 2 * page, (bs,), generator=gen)
+                partial = prefix % page != 0
+                # a partial prefix page ends one slot before where the kernel continues it
+                last_loc = torch.full((bs,), -1, dtype=torch.int64)
+                last_loc[partial] = page * 10 + prefix[partial] % page - 1
+                seq, n = prefix + extend, int(extend.sum())
+                out = self.allocator.alloc_extend(prefix.to(self.device), prefix, seq.to(self.device), seq,
+                                                  last_loc.to(self.device), n)
+                if out is None or len(out) != n:
+                    raise MemoryError(f"KV pool cannot extend a batch of {bs} by {n} tokens")
+                if free:
+                    self.allocator.free(out)
+                total += n
+        return total
+
     def finish_request(self, row: int) -> None:
         self.allocator.free(self.requests.pop(row).to(self.device))
         self.req_to_token_pool.free_slots.append(row)

@@ -18,24 +18,6 @@ from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
 allocator = pytest.importorskip("sglang.srt.mem_cache.allocator")
 
 
-def _serve_allocations(page, batch_sizes):
-    """SGLang's allocator extending batches of these sizes, as prefill and the paged verify do
-    (prefixes with partial pages, new pages from the free list), two rounds per size so the
-    free list's start moves by odd and even page counts."""
-    h = PagedTreeHarness(page, 2, 1, num_tokens=1 << 14)
-    gen = torch.Generator().manual_seed(page)
-    for bs in batch_sizes:
-        for _ in range(2):
-            prefix = torch.randint(0, 3 * page, (bs,), generator=gen)
-            extend = torch.randint(1, 2 * page, (bs,), generator=gen)
-            last_loc = torch.full((bs,), -1, dtype=torch.int64)
-            # a partial prefix page ends at a slot one before where the kernel continues it
-            last_loc[prefix % page != 0] = page * 10 + (prefix[prefix % page != 0] % page) - 1
-            seq = prefix + extend
-            out = h.allocator.alloc_extend(prefix, prefix, seq, seq, last_loc, int(extend.sum()))
-            assert out is not None and len(out) == int(extend.sum())
-
-
 @pytest.mark.parametrize("page", [16, 64])
 def test_warm_up_launches_every_variant_serving_launches(page):
     kernel = compat.resolve(compat.ALLOC_EXTEND_KERNEL)
@@ -43,7 +25,7 @@ def test_warm_up_launches_every_variant_serving_launches(page):
         launched = allocator_warm_up.warm_up("cpu", page, 8)
     assert launched == len(warm) == 2 * 4  # buckets 1, 2, 4, 8 x two free-list alignments
     with capture_specializations(kernel) as serve:
-        _serve_allocations(page, [1, 2, 3, 5, 8, 7])
+        PagedTreeHarness(page, 2, 1, num_tokens=1 << 14).extend_batches([1, 2, 3, 5, 8, 7], seed=page)
     served = {repr(s) for s in serve}
     assert len(served) > 4  # more than one variant per bucket met: the alignment varied, not vacuous
     assert served <= {repr(w) for w in warm}
