@@ -166,7 +166,12 @@ def _self_test_move(device: str) -> str:
     ref = [b.clone() for b in bufs]
     move_kv_rows_ref(ref, tgt, src, chunk=CHUNK)
     dev_bufs = [b.to(device) for b in bufs]
-    move_kv_rows(KVBufferTable.from_buffers(dev_bufs), tgt.to(device), src.to(device), chunk=CHUNK)
+    table = KVBufferTable.from_buffers(dev_bufs)
+    move_kv_rows(table, tgt.to(device), src.to(device), chunk=CHUNK)
+    # then a move of a few pairs, as one request's verify makes: the small tile (a cycle and a shift)
+    tgt, src = torch.tensor([401, 402, 400, 450, 451]), torch.tensor([400, 401, 402, 449, 450])
+    move_kv_rows_ref(ref, tgt, src, chunk=CHUNK)
+    move_kv_rows(table, tgt.to(device), src.to(device), chunk=CHUNK)
     if not all(torch.equal(a.cpu(), b) for a, b in zip(dev_bufs, ref)):
         return "post-verify move kernel differs from the reference"
     return ""

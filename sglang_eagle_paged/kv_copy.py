@@ -18,7 +18,7 @@ import torch
 
 from . import compat
 from .kernels import KVBufferTable, duplicate_kv_pairs
-from .kernels.move_rows import move_kv_rows
+from .kernels.move_rows import move_kv_rows, warm_up_pair_counts
 
 # Attribute set on the target tensor by the worker. A tensor attribute rather than
 # a global registry: it dies with the tensor and cannot match a reused address.
@@ -146,10 +146,13 @@ def move_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:
 
 
 def warm_up_moves(pool) -> None:
-    """Compile the post-verify move for ``pool`` by moving the padding slot onto itself (no KV changes)."""
-    table = pool_table(pool)
-    if table is not None:
-        zero = torch.zeros(1, dtype=torch.int64, device=table.ptrs.device)
+    """Compile every variant of the post-verify move for ``pool`` by moving the padding slot onto
+    itself (no KV changes)."""
+    table, chunk = pool_table(pool), compat.kv_move_chunk(pool)
+    if table is None or not chunk:
+        return
+    for pairs in warm_up_pair_counts(chunk):
+        zero = torch.zeros(pairs, dtype=torch.int64, device=table.ptrs.device)
         move_in_pool(pool, zero, zero)
 
 

@@ -12,7 +12,8 @@ from helpers.interpreter_order import ORDERS, capture_specializations, program_o
 from helpers.pools import make_pools  # noqa: E402
 from sglang_eagle_paged.harness import verify_compaction_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.duplicate import KVBufferTable  # noqa: E402
-from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel, move_kv_rows  # noqa: E402
+from sglang_eagle_paged.kernels.move_rows import (  # noqa: E402
+    SMALL_PAIRS, _move_rows_kernel, move_kv_rows, warm_up_pair_counts)
 from sglang_eagle_paged.kernels.reference import move_kv_rows_ref  # noqa: E402
 from test_kernel_duplicate import randomize  # noqa: E402
 
@@ -115,14 +116,47 @@ def test_row_widths_and_untouched_rows(dtype, head_dim):
         assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))  # also: nothing else changed
 
 
+def _variants(table, counts, chunk=256):
+    with capture_specializations(_move_rows_kernel) as specs:
+        for n in counts:
+            move_kv_rows(table, torch.arange(200, 200 + n), torch.arange(n), chunk=chunk)
+    return specs
+
+
 def test_pair_count_never_compiles_a_new_variant():
     _, buffers = pool_buffers(layers=1, seed=1)
     table = KVBufferTable.from_buffers(buffers)
-    with capture_specializations(_move_rows_kernel) as specs:
-        for n in (1, 3, 17, 64, 100, 256, 300):
-            move_kv_rows(table, torch.arange(200, 200 + n), torch.arange(n))
-    # one launch per chunk (300 pairs: two); the pair count never enters the specialisation
-    assert len(specs) == 8 and len({str(s) for s in specs}) == 1, specs
+    small = _variants(table, (1, 3, 16))
+    large = _variants(table, (17, 64, 100, 256))
+    # one variant for launches of up to SMALL_PAIRS pairs, one for the rest; the count never specialises
+    assert SMALL_PAIRS == 16 and len({str(s) for s in small}) == 1 and len({str(s) for s in large}) == 1
+    assert {str(s) for s in small} != {str(s) for s in large}
+    # 300 pairs: a chunk of 256, then 44; 260 pairs: 256, then 4 on the small tile
+    assert {str(s) for s in _variants(table, (300, 260))} == {str(s) for s in small + large}
+
+
+@pytest.mark.parametrize("chunk", [128, 256])
+def test_warm_up_compiles_every_variant_serving_launches(chunk):
+    _, buffers = pool_buffers(layers=1, size=1024, seed=1)
+    table = KVBufferTable.from_buffers(buffers)
+    warmed = {str(s) for s in _variants(table, warm_up_pair_counts(chunk), chunk)}
+    served = {str(s) for s in _variants(table, range(1, 2 * chunk + 20, 7), chunk)}
+    assert served <= warmed and len(warmed) == 2
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_small_tile_holds_whole_rows_and_keeps_cycles(order):
+    """At most SMALL_PAIRS pairs take the small tile, whose programs span more of each row: a cycle
+    and a shift over 128-byte rows, in one launch, under every program order."""
+    gen = torch.Generator().manual_seed(13)
+    buffers = [torch.randint(-2**15, 2**15, (64, 4, 16), generator=gen, dtype=torch.int16).view(torch.bfloat16)
+               for _ in range(3)]
+    src, tgt = torch.tensor([5, 6, 7, 30, 31]), torch.tensor([6, 7, 5, 31, 32])
+    want = expected_after(buffers, tgt, src)
+    with program_order(order):
+        move_kv_rows(KVBufferTable.from_buffers(buffers), tgt, src)
+    for got, w in zip(buffers, want):
+        assert torch.equal(got.view(torch.uint8), w.view(torch.uint8))
 
 
 def test_barrier_sits_between_the_tile_load_and_its_store():
