@@ -672,8 +672,8 @@ def main():
     else:
         shapes = [(1, 64, 8), (8, 64, 8), (64, 64, 8), (64, 128, 8), (256, 128, 8), (1, 16, 2), (64, 16, 4),
                   (128, 256, 10), (256, 256, 10)]
-        if args.quick:
-            shapes = shapes[:5]
+        if args.quick:  # keeps the smallest, launch-bound shape: the one where wall time has been closest
+            shapes = shapes[:6]
         layers, heads, hd, slots = [1, 4], 8, 128, 1 << 21
         a_bs, p_shapes = [1, 8, 64, 256], [(1, 64, 8), (16, 64, 8), (64, 64, 8), (64, 128, 8), (128, 16, 4)]
         x_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (48, 8, 5, 64), (48, 8, 5, 128), (32, 4, 3, 16)]
