@@ -16,7 +16,6 @@ package builds:
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -38,17 +37,13 @@ def pair_rounds(paths: list) -> dict:
     return groups
 
 
-def _unit_ratios(ratios: list) -> float:
-    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-
-
 def pool(groups: dict) -> list:
     rows = []
     for (a, b, parallel), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
         everything = [r for _, ratios in recs for r in ratios]
-        units = [_unit_ratios(ratios) for _, ratios in recs]
+        units = [ratio_stats([1.0] * len(ratios), ratios)["ratio"] for _, ratios in recs]
         rows.append({"A": a, "B": b, "parallel": parallel, "recordings": [p for p, _ in recs],
-                     "per_recording": [round(u, 4) for u in units],
+                     "per_recording": units,
                      "rounds_pooled": ratio_stats([1.0] * len(everything), everything),
                      "recordings_as_units": ratio_stats([1.0] * len(units), units)})
     return rows

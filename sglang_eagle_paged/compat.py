@@ -38,7 +38,7 @@ PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
 # out_indices, next_power_of_2(bs), page_size) in 0.5.11 .. 0.5.12.post1 (allocator_warm_up.py)
 ALLOC_EXTEND_KERNEL = "sglang.srt.mem_cache.allocator.alloc_extend_kernel"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
-# The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is eager). Imported by
+# The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is one Triton launch). Imported by
 # name into eagle_info and ngram_info: the registry patches those modules' references too.
 SRC_TGT_CACHE_LOC = "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc"
 # Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).

@@ -149,11 +149,11 @@ def warm_up_moves(pool) -> None:
     """Compile every variant of the post-verify move for ``pool`` by moving the padding slot onto
     itself (no KV changes)."""
     table, chunk = pool_table(pool), compat.kv_move_chunk(pool)
-    if table is None or not chunk:
+    if table is None or not chunk:  # move_in_pool would leave the pool to SGLang
         return
     for pairs in warm_up_pair_counts(chunk):
         zero = torch.zeros(pairs, dtype=torch.int64, device=table.ptrs.device)
-        move_in_pool(pool, zero, zero)
+        move_kv_rows(table, zero, zero, chunk=chunk)
 
 
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):

@@ -19,7 +19,7 @@
 #   REL_K="soak"                 1 server, REL_SOAK_S (150) + 35 s idle + start, ~5 min
 #   REL_K="tp"                   2 servers together, then the TP=2 one alone (needs 2 GPUs), ~5 min
 #   REL_K="long32k"              2 dummy 8B servers, ~5 min (makes /tmp/models if missing)
-#   REL_K="hicache"              1 server (HiCache, page 64), two passes of 48 prompts, ~3 min (not run yet)
+#   REL_K="hicache"              1 server (HiCache, page 64), two passes of 48 prompts, ~4 min (run 12: 240 s with set-up)
 # Results accumulate in /tmp/reliability/reliability.json: the same call again resumes.
 source scripts/device/prelude.sh
 export SGLANG_EAGLE_PAGED_TEST_GPU=1 REL_OUT=/tmp/reliability REL_TARGET=/tmp/testbed/target REL_DRAFT=/tmp/testbed/draft
