@@ -199,3 +199,41 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
     pair = json.loads((tmp_path / "ab" / "ab.json").read_text())["pairs"]["on_p1:on_p64#0"]
     assert [(p["round"], p["side"]) for p in pair["passes"]] == [(0, "A"), (0, "B")]
     assert not pair.get("error") and pair["summary"]["1"]["rounds"] == 1
+
+
+def test_pinned_runs_give_every_server_and_the_client_cpus_of_their_own(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    pinned = []  # this process's masks, in order (recorded rather than applied to the test process)
+    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(16)))
+    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: pinned.append((pid, sorted(cpus))))
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
+                       parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile), pin_cpus=True)
+    sets = [srv.cpus for srv in FakeServer.started]
+    assert sets == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    # the client runs on the last quarter while measuring, and gets its own mask back afterwards
+    assert pinned == [(0, [12, 13, 14, 15]), (0, list(range(16)))]
+    assert res["pairs"]["on_p1:on_p128#1"]["cpus"] == {"A": [6, 7, 8], "B": [9, 10, 11]}
+    assert "CPUs pinned (`--pin-cpus`): client 12-15, servers 0-2, 3-5, 6-8, 9-11" in ab.markdown(res)
+    unpinned = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], target="T", draft="D",
+                            out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                            warmup=0, question_file=str(qfile))
+    assert FakeServer.started[-1].cpus is None and "cpu_pinning" not in unpinned and len(pinned) == 2
+
+
+def test_pass_spread_is_the_scatter_of_one_side_in_percent():
+    assert ab.pass_spread([100.0]) is None
+    assert ab.pass_spread([100.0, 100.0, 100.0]) == 0.0
+    spread = ab.pass_spread([100.0, 110.0, 90.0])
+    logs = [math.log(v) for v in (100.0, 110.0, 90.0)]
+    mean = sum(logs) / 3
+    assert spread == round(100 * math.sqrt(sum((v - mean) ** 2 for v in logs) / 2), 2) and 9 < spread < 11
+    s = ab.summarize_pair([dict(round=r, side=side, parallel=16, output_throughput=t, acceptance_length=2.0, errors=0)
+                           for r, (ta, tb) in enumerate([(100.0, 100.0), (120.0, 101.0)])
+                           for side, t in (("A", ta), ("B", tb))])["16"]
+    assert s["spread_A"] > 10 > s["spread_B"] > 0

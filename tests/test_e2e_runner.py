@@ -23,8 +23,9 @@ class FakeServer:
     started = []
     events = []
 
-    def __init__(self, args, *, port, env, log_path, startup_timeout, base_url):
+    def __init__(self, args, *, port, env, log_path, startup_timeout, base_url, cpus=None):
         self.args, self.env, self.base_url, self.name = args, env, base_url, Path(log_path).stem
+        self.cpus = cpus
 
     def start(self):
         FakeServer.started.append(self)

@@ -4,11 +4,13 @@
 # interval over rounds (sglang_eagle_paged/bench/ab.py). One pair per GPU, the GPUs side by side.
 #   AB_MODEL=large   the 8B-shaped dummy pair (run call_core.sh first), 128 tokens, ignore_eos
 #   AB_MODEL=testbed the trained 16M pair (carry its weights as tracked files), 256 tokens
+#   AB_PIN=1         each server and the client on CPUs of their own (bench/cpu_pinning.py)
 # carry: .whl .devbundle/extra                  Results: $OUT/ab.tgz (ab.json, ab.md, ab.png, logs)
 source scripts/device/prelude.sh
 # AB_LANES=1 measures one pair at a time (run 9: two host-bound 16M pairs side by side, on one host's
 # CPUs, spread their per-round ratios from 0.63 to 1.12); default: one pair per GPU, side by side.
 GPUS=${AB_LANES:-$(nvidia-smi -L | wc -l)}
+lscpu 2>/dev/null | grep -E '^(CPU\(s\)|Model name|Thread|Core|Socket|NUMA|CPU max MHz)'  # the host the noise comes from
 if [ "${AB_MODEL:-large}" = large ]; then
   [ -d /tmp/models/target ] || { echo "no /tmp/models: run call_core.sh first"; exit 1; }
   MODEL=(--set large --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --ignore-eos
@@ -20,7 +22,7 @@ fi
 timeout -s INT ${AB_S:-500} python3 -m sglang_eagle_paged.bench.ab "${MODEL[@]}" \
   --pairs ${AB_PAIRS:-on_p1:on_p64,on_p1:on_p128} --rounds ${ROUNDS:-3} --questions ${QUESTIONS:-48} \
   --parallel 16 --parallel1-questions ${P1_QUESTIONS:-0} --warmup 8 --gpus $GPUS --mem-fraction 0.4 \
-  --out /tmp/ab > $OUT/ab.log 2>&1
+  ${AB_PIN:+--pin-cpus} --out /tmp/ab > $OUT/ab.log 2>&1
 echo "ab rc=$?"; tail -12 $OUT/ab.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd /tmp/ab && tar czf $OUT/ab.tgz --exclude=triton_cache .)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
                   warmup_mixes)
-from . import triton_cache
+from . import cpu_pinning, triton_cache
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 
@@ -90,6 +90,16 @@ def _fit_means(passes: list, side: str) -> dict:
     return {f"{k}_{side}": round(sum(f[k] for f in fits) / len(fits), 4) for k in ("per_request_ms", "per_round_ms")}
 
 
+def pass_spread(values: list) -> float | None:
+    """Standard deviation of log throughput over one side's passes, in percent: how far passes of
+    one unchanged configuration scatter, the noise the per-round ratios inherit."""
+    logs = [math.log(v) for v in values if v]
+    if len(logs) < 2:
+        return None
+    mean = sum(logs) / len(logs)
+    return round(100 * math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)), 2)
+
+
 def summarize_pair(passes: list) -> dict:
     """Per parallelism: each side's throughput and acceptance, and :func:`ratio_stats` of B over A."""
     out = {}
@@ -118,6 +128,7 @@ def summarize_pair(passes: list) -> dict:
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
                          "compiled_A": compiled["A"], "compiled_B": compiled["B"],
+                         "spread_A": pass_spread(a), "spread_B": pass_spread(b),
                          **{f"round_rate_{k}": round_rate[k] for k in ("ratio", "low", "high", "verdict")}}
     return out
 
@@ -189,11 +200,13 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               parallel: int = 16, parallel1_questions: int = 0, max_new_tokens: int = 256,
               ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
-              question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=()) -> dict:
+              question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
+              pin_cpus: bool = False) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
-    Results go to ``out_dir/ab.json`` after every pass.
+    ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
+    (:mod:`.cpu_pinning`). Results go to ``out_dir/ab.json`` after every pass.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -212,24 +225,46 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                 update()
             (out / "ab.json").write_text(json.dumps(results, indent=1))
 
-    for w in range(0, len(pairs), max(1, gpus)):
-        lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs), one per GPU
-        for gpu, (i, (a, b)) in enumerate(enumerate(pairs[w:w + max(1, gpus)], start=w)):
-            pair = results["pairs"][f"{a.name}:{b.name}#{i}"] = {"A": asdict(a), "B": asdict(b), "gpu": gpu,
-                                                                  "passes": []}
-            servers, cache_dirs = {}, {}
-            for side, cfg in (("A", a), ("B", b)):
-                port = 30000 + 20 * (2 * i + (side == "B"))
-                args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
-                args += ["--base-gpu-id", str(gpu)]
-                # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
-                servers[side], _, cache_dirs[side] = launch(
-                    replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port, log_dir=str(out / "logs"),
-                    startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds)
-            lanes.append((pair, servers, cache_dirs))
-        _run_wave(lanes, save, questions=questions, warmup_questions=warmup_questions, parallel=parallel,
-                  parallel1_questions=parallel1_questions, rounds=rounds, bench_kw=bench_kw)
+    own_cpus = cpu_pinning.available()
+    try:
+        for w in range(0, len(pairs), max(1, gpus)):
+            wave = pairs[w:w + max(1, gpus)]
+            cpus = cpu_pinning.plan(own_cpus, 2 * len(wave)) if pin_cpus else None
+            if cpus:
+                results.setdefault("cpu_pinning", []).append(cpus)
+                cpu_pinning.pin(0, cpus["client"])
+            _measure_wave(wave, w, results, out, cpus, save, target=target, draft=draft,
+                          max_total_tokens=max_total_tokens, mem_fraction=mem_fraction, load_format=load_format,
+                          startup_timeout=startup_timeout, triton_seeds=triton_seeds, questions=questions,
+                          warmup_questions=warmup_questions, parallel=parallel,
+                          parallel1_questions=parallel1_questions, rounds=rounds, bench_kw=bench_kw)
+    finally:
+        if pin_cpus:
+            cpu_pinning.pin(0, own_cpus)
     return results
+
+
+def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_total_tokens, mem_fraction,
+                  load_format, startup_timeout, triton_seeds, **measure_kw) -> None:
+    """Launch the pairs of one wave, one per GPU, and measure them side by side."""
+    lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs), one per GPU
+    for gpu, (i, (a, b)) in enumerate(enumerate(wave, start=first)):
+        pair = results["pairs"][f"{a.name}:{b.name}#{i}"] = {"A": asdict(a), "B": asdict(b), "gpu": gpu,
+                                                              "passes": []}
+        servers, cache_dirs = {}, {}
+        for side, cfg in (("A", a), ("B", b)):
+            port = 30000 + 20 * (2 * i + (side == "B"))
+            args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
+            args += ["--base-gpu-id", str(gpu)]
+            # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
+            server_cpus = cpus["servers"][2 * gpu + (side == "B")] if cpus else None
+            servers[side], _, cache_dirs[side] = launch(
+                replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port, log_dir=str(out / "logs"),
+                startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds, cpus=server_cpus)
+        if cpus:
+            pair["cpus"] = {side: cpus["servers"][2 * gpu + (side == "B")] for side in ("A", "B")}
+        lanes.append((pair, servers, cache_dirs))
+    _run_wave(lanes, save, **measure_kw)
 
 
 def markdown(results: dict) -> str:
@@ -251,9 +286,10 @@ def markdown(results: dict) -> str:
     lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
-              "compiled during the passes.", "",
+              "compiled during the passes; pass spread: standard deviation of each side's log throughput over its "
+              "passes, in percent (the noise).", "",
               "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "
-              "| compiled A / B |", "|---|---|---|---|---|---|---|---|"]
+              "| compiled A / B | pass spread A / B |", "|---|---|---|---|---|---|---|---|---|"]
     for pair in results["pairs"].values():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
@@ -261,8 +297,19 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('round_rate_low'), '{:.3f}')}-{fmt(s.get('round_rate_high'), '{:.3f}')} | "
                          f"{fmt(s.get('per_request_ms_A'), '{:.2f}')} / {fmt(s.get('per_request_ms_B'), '{:.2f}')} | "
                          f"{fmt(s.get('per_round_ms_A'), '{:.4f}')} / {fmt(s.get('per_round_ms_B'), '{:.4f}')} | "
-                         f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} |")
+                         f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} | "
+                         f"{fmt(s.get('spread_A'), '{:.1f}%')} / {fmt(s.get('spread_B'), '{:.1f}%')} |")
+    pinning = results.get("cpu_pinning")
+    if pinning:
+        lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(
+            f"client {_cpu_list(p['client'])}, servers " + ", ".join(_cpu_list(c) for c in p["servers"])
+            for p in pinning)]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_list(cpus: list) -> str:
+    return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 1 else \
+        ",".join(map(str, cpus))
 
 
 def plot(results: dict, path: str) -> str | None:
@@ -319,6 +366,8 @@ def main(argv=None) -> int:
     p.add_argument("--mem-fraction", type=float, default=0.4, help="per server: two share a GPU")
     p.add_argument("--max-total-tokens", type=int, default=131072)
     p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="give each server and the client CPUs of their own (bench/cpu_pinning.py)")
     a = p.parse_args(argv)
     configs = configs_of(a)
     try:
@@ -328,7 +377,8 @@ def main(argv=None) -> int:
                             ignore_eos=a.ignore_eos, warmup=a.warmup, max_total_tokens=a.max_total_tokens,
                             mem_fraction=a.mem_fraction, load_format=a.load_format, gpus=a.gpus,
                             question_file=a.question_file,
-                            triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))])
+                            triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
+                            pin_cpus=a.pin_cpus)
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():
