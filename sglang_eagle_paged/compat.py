@@ -41,6 +41,17 @@ SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decodin
 # The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is one Triton launch). Imported by
 # name into eagle_info and ngram_info: the registry patches those modules' references too.
 SRC_TGT_CACHE_LOC = "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc"
+# The paged tree verify's other per-batch-size kernels, launched by eagle_info (and ngram_info) as
+#   get_target_cache_loc[(bs,)](tgt, to_free, num_correct_drafts, to_free_num_slots, out_cache_loc,
+#                               draft_tokens, next_power_of_2(draft_tokens), next_power_of_2(bs))
+#   filter_finished_cache_loc_kernel[(bs,)](out_cache_loc, tgt, num_correct_drafts, filter,
+#                                           next_power_of_2(bs), next_power_of_2(draft_tokens))
+# and the torch.compile'd filter of a round where a request finished, renamed in 0.5.12
+# (verify_warm_up.py).
+TARGET_CACHE_LOC_KERNEL = "sglang.srt.speculative.spec_utils.get_target_cache_loc"
+FILTER_FINISHED_KERNEL = "sglang.srt.speculative.spec_utils.filter_finished_cache_loc_kernel"
+FINISHED_FILTER_NAMES = ("sglang.srt.speculative.spec_utils.create_num_accept_tokens_filter",  # 0.5.12
+                         "sglang.srt.speculative.spec_utils.create_num_accepted_drafts_filter")  # 0.5.11
 # Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).
 DRAFT_STEP = EAGLE_WORKER + ".draft"
 VERIFY_STEP = EAGLE_WORKER + ".verify"
@@ -119,6 +130,17 @@ def worker_kv_pools(worker) -> dict:
     """An EAGLEWorker's KV pools by part: the draft model's own, and the target model's."""
     return {"draft": worker.draft_model_runner.token_to_kv_pool,
             "target": worker.target_worker.model_runner.token_to_kv_pool}
+
+
+def resolve_first(targets) -> object:
+    """The first of ``targets`` this release has (a symbol renamed between releases)."""
+    problems = []
+    for target in targets:
+        try:
+            return resolve(target)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{target}: {exc}")
+    raise AttributeError("none of " + "; ".join(problems))
 
 
 def resolve(target: str):

@@ -176,9 +176,11 @@ def warm_up(worker) -> None:
         from . import fa3_metadata
 
         fa3_metadata.warm_up(device, topk, steps, page)
-    from . import allocator_warm_up
+    from . import allocator_warm_up, verify_warm_up
 
-    allocator_warm_up.warm_up(device, page, compat.max_batch_size(worker))
+    max_batch = compat.max_batch_size(worker)
+    allocator_warm_up.warm_up(device, page, max_batch)
+    verify_warm_up.warm_up(device, draft_tokens, page, max_batch)
 
 
 def _draft_attention_is_fa3(worker) -> bool:

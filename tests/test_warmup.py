@@ -144,11 +144,15 @@ def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
 def test_sglangs_allocation_kernel_warms_up_for_the_workers_batch_bound(monkeypatch):
     from types import SimpleNamespace
 
-    from sglang_eagle_paged import allocator_warm_up
+    from sglang_eagle_paged import allocator_warm_up, verify_warm_up
 
-    calls = []
+    calls, verify_calls = [], []
     monkeypatch.setattr(allocator_warm_up, "warm_up", lambda *a: calls.append(a))
+    monkeypatch.setattr(verify_warm_up, "warm_up", lambda *a: verify_calls.append(a))
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
     h.worker.server_args = SimpleNamespace(max_running_requests=48)  # what SGLang sets for EAGLE
+    h.worker.speculative_num_draft_tokens = 12
     warm_up(h.worker)
     assert calls == [(h.worker.device, 16, 48)]
+    # and the paged verify's own kernels and filter, for the same batch bound and draft tokens
+    assert verify_calls == [(h.worker.device, 12, 16, 48)]
