@@ -52,6 +52,9 @@ TARGET_CACHE_LOC_KERNEL = "sglang.srt.speculative.spec_utils.get_target_cache_lo
 FILTER_FINISHED_KERNEL = "sglang.srt.speculative.spec_utils.filter_finished_cache_loc_kernel"
 FINISHED_FILTER_NAMES = ("sglang.srt.speculative.spec_utils.create_num_accept_tokens_filter",  # 0.5.12
                          "sglang.srt.speculative.spec_utils.create_num_accepted_drafts_filter")  # 0.5.11
+# The grad mode the scheduler serves under (no_grad, or inference_mode where SGLang's env asks for it):
+# torch.compile guards on it, so a warm-up compiled outside it compiles again on the first real call.
+DYNAMIC_GRAD_MODE = "sglang.srt.utils.common.DynamicGradMode"
 # Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).
 DRAFT_STEP = EAGLE_WORKER + ".draft"
 VERIFY_STEP = EAGLE_WORKER + ".verify"

@@ -59,9 +59,12 @@ def _warm_filter(device) -> int:
     finished_filter = compat.resolve_first(compat.FINISHED_FILTER_NAMES)
     calls = 0
     i64 = dict(dtype=torch.int64, device=device)
-    for bs, survivors in FILTER_SHAPES:
-        finished_filter(torch.zeros(bs, **i64), torch.arange(survivors, **i64), torch.ones(bs, **i64))
-        calls += 1
+    # Under the scheduler's grad mode: Dynamo guards on it, and the worker starts with grad enabled,
+    # so a warm-up outside it would leave serving to compile both shapes again.
+    with compat.resolve(compat.DYNAMIC_GRAD_MODE)():
+        for bs, survivors in FILTER_SHAPES:
+            finished_filter(torch.zeros(bs, **i64), torch.arange(survivors, **i64), torch.ones(bs, **i64))
+            calls += 1
     return calls
 
 

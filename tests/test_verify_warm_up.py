@@ -92,19 +92,32 @@ def test_the_filter_warm_up_really_compiles_what_serving_calls():
     pytest.importorskip("torch._dynamo")
     from torch._dynamo.utils import counters
 
+    import torch._dynamo
+
     fn = compat.resolve_first(compat.FINISHED_FILTER_NAMES)
+    torch._dynamo.reset()  # whatever an earlier test compiled, this one starts from nothing
     try:
         verify_warm_up._warm_filter("cpu")
     except Exception as exc:  # no C++ compiler for Inductor on this machine
         pytest.skip(f"torch.compile cannot run here: {type(exc).__name__}")
-    before = dict(counters["stats"])
-    for bs, survivors in ((2, 1), (5, 1), (3, 2), (9, 4), (48, 47)):
-        ncd = torch.randint(0, 5, (bs,))
-        unfinished = torch.randperm(bs)[:survivors]
-        want = torch.zeros_like(ncd)
-        want[unfinished] = ncd[unfinished] + 1
-        assert torch.equal(fn(ncd, unfinished, torch.ones(bs, dtype=torch.int64)), want)
-    assert dict(counters["stats"]).get("unique_graphs", 0) == before.get("unique_graphs", 0)
+    def serve(shapes):
+        # as the scheduler calls it: inside its event loop's grad mode
+        with compat.resolve(compat.DYNAMIC_GRAD_MODE)():
+            for bs, survivors in shapes:
+                ncd = torch.randint(0, 5, (bs,))
+                unfinished = torch.randperm(bs)[:survivors]
+                want = torch.zeros_like(ncd)
+                want[unfinished] = ncd[unfinished] + 1
+                assert torch.equal(fn(ncd, unfinished, torch.ones(bs, dtype=torch.int64)), want)
+
+    graphs = lambda: counters["stats"].get("unique_graphs", 0)  # noqa: E731
+    before = graphs()
+    serve(((2, 1), (5, 1), (3, 2), (9, 4), (48, 47)))
+    assert graphs() == before
+    # Not vacuous: outside the scheduler's grad mode (where a worker's __init__ runs) the same shapes
+    # compile again, which is what a warm-up without the grad mode would have left to serving.
+    fn(torch.zeros(2, dtype=torch.int64), torch.arange(1), torch.ones(2, dtype=torch.int64))
+    assert torch.is_grad_enabled() and graphs() == before + 1
 
 
 def test_warm_up_skips_page_1_and_an_unknown_batch_bound():
