@@ -52,6 +52,9 @@ TARGET_CACHE_LOC_KERNEL = "sglang.srt.speculative.spec_utils.get_target_cache_lo
 FILTER_FINISHED_KERNEL = "sglang.srt.speculative.spec_utils.filter_finished_cache_loc_kernel"
 FINISHED_FILTER_NAMES = ("sglang.srt.speculative.spec_utils.create_num_accept_tokens_filter",  # 0.5.12
                          "sglang.srt.speculative.spec_utils.create_num_accepted_drafts_filter")  # 0.5.11
+# prepare_for_verify's last-slot lookup at page > 1 (a Triton kernel on CUDA whose int arguments,
+# the batch size among them, Triton specialises on: 1, a multiple of 16, other).
+GET_LAST_LOC = "sglang.srt.mem_cache.common.get_last_loc"
 # The grad mode the scheduler serves under (no_grad, or inference_mode where SGLang's env asks for it):
 # torch.compile guards on it, so a warm-up compiled outside it compiles again on the first real call.
 DYNAMIC_GRAD_MODE = "sglang.srt.utils.common.DynamicGradMode"
@@ -127,6 +130,11 @@ def max_batch_size(worker) -> int | None:
     if limit is None:
         limit = getattr(getattr(worker, "req_to_token_pool", None), "size", None)
     return int(limit) if limit else None
+
+
+def worker_req_to_token(worker):
+    """The worker's request-to-slot table (shared with the target), or None where it has none."""
+    return getattr(getattr(worker, "req_to_token_pool", None), "req_to_token", None)
 
 
 def worker_kv_pools(worker) -> dict:

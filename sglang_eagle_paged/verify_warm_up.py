@@ -1,7 +1,8 @@
 """Compile the rest of SGLang's paged-tree verify before serving: its per-batch-size kernels and
 the ``torch.compile``'d filter of rounds in which a request finishes.
 
-At page > 1 and topk > 1, every verify round splits each request's verify slots with
+At page > 1 every verify round looks up each request's last slot with ``get_last_loc`` (a Triton
+kernel specialised on whether the batch size is 1, a multiple of 16 or neither), and at topk > 1 splits each request's verify slots with
 ``get_target_cache_loc`` and, in a round where some request finishes, compacts the survivors'
 slots with ``filter_finished_cache_loc_kernel`` after ``create_num_accept_tokens_filter``
 (``create_num_accepted_drafts_filter`` in 0.5.11). The kernels take ``next_power_of_2(bs)`` as a
@@ -68,7 +69,26 @@ def _warm_filter(device) -> int:
     return calls
 
 
-def warm_up(device, draft_tokens: int, page_size: int, max_batch: int | None) -> int:
+# One batch size per class Triton specialises an int argument on: 1, a multiple of 16, neither.
+LAST_LOC_BATCH_SIZES = (1, 2, 16)
+
+
+def _warm_last_loc(req_to_token: torch.Tensor, max_batch: int) -> int:
+    """SGLang's own dispatcher, so that whichever implementation it picks here is the one warmed; on
+    the pool's real ``req_to_token`` (its row stride is specialised on too), which it only reads."""
+    get_last_loc = compat.resolve(compat.GET_LAST_LOC)
+    calls = 0
+    for bs in LAST_LOC_BATCH_SIZES:
+        if bs <= max_batch:
+            i64 = dict(dtype=torch.int64, device=req_to_token.device)
+            # empty prefixes: every lookup is masked, nothing of the pool is read
+            get_last_loc(req_to_token, torch.zeros(bs, **i64), torch.zeros(bs, **i64))
+            calls += 1
+    return calls
+
+
+def warm_up(device, draft_tokens: int, page_size: int, max_batch: int | None,
+            req_to_token: torch.Tensor | None = None) -> int:
     """Compile what a paged tree verify compiles on first use; returns the launches and calls made.
 
     An optimisation only: a part that fails (a release without it, no compiler for
@@ -76,8 +96,11 @@ def warm_up(device, draft_tokens: int, page_size: int, max_batch: int | None) ->
     if page_size <= 1 or not max_batch:
         return 0
     done = 0
-    for part, warm in (("kernels", lambda: _warm_kernels(device, draft_tokens, max_batch)),
-                       ("finished-request filter", lambda: _warm_filter(device))):
+    parts = [("kernels", lambda: _warm_kernels(device, draft_tokens, max_batch)),
+             ("finished-request filter", lambda: _warm_filter(device))]
+    if req_to_token is not None:
+        parts.append(("last-slot lookup", lambda: _warm_last_loc(req_to_token, max_batch)))
+    for part, warm in parts:
         try:
             done += warm()
         except Exception as exc:  # never a reason not to start

@@ -180,7 +180,7 @@ def warm_up(worker) -> None:
 
     max_batch = compat.max_batch_size(worker)
     allocator_warm_up.warm_up(device, page, max_batch)
-    verify_warm_up.warm_up(device, draft_tokens, page, max_batch)
+    verify_warm_up.warm_up(device, draft_tokens, page, max_batch, compat.worker_req_to_token(worker))
 
 
 def _draft_attention_is_fa3(worker) -> bool:

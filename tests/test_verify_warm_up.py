@@ -133,3 +133,27 @@ def test_a_part_that_fails_is_logged_and_the_rest_still_warms(monkeypatch, caplo
     with caplog.at_level(logging.WARNING, logger="sglang_eagle_paged"):
         assert verify_warm_up.warm_up("cpu", 8, 16, 2) == 2 * 3  # the kernels still warmed
     assert "finished-request filter not compiled ahead (AttributeError: none of them)" in caplog.text
+
+
+def test_last_slot_lookup_warm_up_launches_every_variant_a_verify_launches():
+    """prepare_for_verify's get_last_loc, through SGLang's dispatcher (its Triton kernel here, as on
+    CUDA), over every batch size up to the bound; nothing of the pool is written."""
+    from sglang_eagle_paged.harness import PagedTreeHarness
+
+    common = pytest.importorskip("sglang.srt.mem_cache.common")
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
+    rows = [h.add_request(n) for n in (5, 16, 33, 40)]
+    req_to_token = h.req_to_token_pool.req_to_token
+    before = req_to_token.clone()
+    with capture_specializations(common.get_last_loc_kernel) as warm:
+        assert verify_warm_up._warm_last_loc(req_to_token, 48) == 3
+    assert torch.equal(req_to_token, before)
+    with capture_specializations(common.get_last_loc_kernel) as served:
+        for bs in range(1, 49):
+            picks = torch.tensor([rows[i % len(rows)] for i in range(bs)])
+            lens = torch.tensor([len(h.requests[int(r)]) for r in picks])
+            last = compat.resolve(compat.GET_LAST_LOC)(req_to_token, picks, lens)
+            assert torch.equal(last, req_to_token[picks, lens - 1].to(torch.int64))
+    assert len({repr(s) for s in served}) == 3  # 1, multiples of 16, the rest: not vacuous
+    assert {repr(s) for s in served} <= {repr(s) for s in warm}
+    assert verify_warm_up._warm_last_loc(req_to_token, 8) == 2  # no batch of 16 to warm

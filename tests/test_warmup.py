@@ -152,7 +152,8 @@ def test_sglangs_allocation_kernel_warms_up_for_the_workers_batch_bound(monkeypa
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
     h.worker.server_args = SimpleNamespace(max_running_requests=48)  # what SGLang sets for EAGLE
     h.worker.speculative_num_draft_tokens = 12
+    h.worker.req_to_token_pool = h.req_to_token_pool  # as EAGLEWorker holds it (the harness leaves it out)
     warm_up(h.worker)
     assert calls == [(h.worker.device, 16, 48)]
     # and the paged verify's own kernels and filter, for the same batch bound and draft tokens
-    assert verify_calls == [(h.worker.device, 12, 16, 48)]
+    assert verify_calls == [(h.worker.device, 12, 16, 48, h.worker.req_to_token_pool.req_to_token)]
