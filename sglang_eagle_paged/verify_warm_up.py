@@ -2,16 +2,16 @@
 the ``torch.compile``'d filter of rounds in which a request finishes.
 
 At page > 1 every verify round looks up each request's last slot with ``get_last_loc`` (a Triton
-kernel specialised on whether the batch size is 1, a multiple of 16 or neither), and at topk > 1 splits each request's verify slots with
-``get_target_cache_loc`` and, in a round where some request finishes, compacts the survivors'
-slots with ``filter_finished_cache_loc_kernel`` after ``create_num_accept_tokens_filter``
-(``create_num_accepted_drafts_filter`` in 0.5.11). The kernels take ``next_power_of_2(bs)`` as a
-constexpr, so each batch-size bucket is a Triton variant compiled on first use; the filter is
-compiled by Dynamo and Inductor on its first call (4.2 s on this project's CPU, then 1 s more
-for the first round with two survivors, its 0/1 size specialisation). The page-1 path has none
-of them, so each is a stall only page N pays, in the middle of serving: H200 run 13 saw
-``get_target_cache_loc`` compile in a measured page-64 pass. Launched here once per variant a
-worker's batches can meet, on scratch tensors only.
+kernel specialised on whether the batch size is 1, a multiple of 16 or neither). At topk > 1 it
+then splits each request's verify slots with ``get_target_cache_loc`` and, in a round where some
+request finishes, compacts the survivors' slots with ``filter_finished_cache_loc_kernel`` after
+``create_num_accept_tokens_filter`` (``create_num_accepted_drafts_filter`` in 0.5.11). The split
+and compaction kernels take ``next_power_of_2(bs)`` as a constexpr, so each batch-size bucket is a
+Triton variant compiled on first use; the filter is compiled by Dynamo and Inductor on its first
+call (4.2 s on this project's CPU, then 1 s more for the first round with two survivors, its 0/1
+size specialisation). The page-1 path has none of them, so each is a stall only page N pays, in the
+middle of serving: H200 run 13 saw ``get_target_cache_loc`` compile in a measured page-64 pass.
+Launched here once per variant a worker's batches can meet, on scratch tensors only.
 """
 
 import logging
@@ -77,14 +77,12 @@ def _warm_last_loc(req_to_token: torch.Tensor, max_batch: int) -> int:
     """SGLang's own dispatcher, so that whichever implementation it picks here is the one warmed; on
     the pool's real ``req_to_token`` (its row stride is specialised on too), which it only reads."""
     get_last_loc = compat.resolve(compat.GET_LAST_LOC)
-    calls = 0
-    for bs in LAST_LOC_BATCH_SIZES:
-        if bs <= max_batch:
-            i64 = dict(dtype=torch.int64, device=req_to_token.device)
-            # empty prefixes: every lookup is masked, nothing of the pool is read
-            get_last_loc(req_to_token, torch.zeros(bs, **i64), torch.zeros(bs, **i64))
-            calls += 1
-    return calls
+    i64 = dict(dtype=torch.int64, device=req_to_token.device)
+    sizes = [bs for bs in LAST_LOC_BATCH_SIZES if bs <= max_batch]
+    for bs in sizes:
+        # empty prefixes: every lookup is masked, nothing of the pool is read
+        get_last_loc(req_to_token, torch.zeros(bs, **i64), torch.zeros(bs, **i64))
+    return len(sizes)
 
 
 def warm_up(device, draft_tokens: int, page_size: int, max_batch: int | None,
