@@ -48,19 +48,24 @@ def pass_order(rounds: int) -> list:
     return [(r, side) for r in range(rounds) for side in (("A", "B") if r % 2 == 0 else ("B", "A"))]
 
 
+def _log_mean_sd(values: list) -> tuple:
+    """Mean and sample standard deviation of the logs of ``values`` (None for one value)."""
+    logs = [math.log(v) for v in values]
+    mean = sum(logs) / len(logs)
+    if len(logs) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
+
+
 def ratio_stats(a: list, b: list) -> dict:
     """B/A per round, their geometric mean and its 95% t-interval over rounds, and a verdict."""
     ratios = [y / x for x, y in zip(a, b) if x and y]
     out = {"rounds": len(ratios), "ratios": [round(r, 4) for r in ratios]}
     if not ratios:
         return {**out, "ratio": None, "low": None, "high": None, "verdict": "not measured"}
-    logs = [math.log(r) for r in ratios]
-    mean = sum(logs) / len(logs)
-    if len(logs) > 1:
-        sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
-        half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
-    else:
-        half = math.inf  # one round says nothing about the noise
+    mean, sd = _log_mean_sd(ratios)
+    # one round says nothing about the noise
+    half = t95(len(ratios) - 1) * sd / math.sqrt(len(ratios)) if sd is not None else math.inf
     low, high = math.exp(mean - half), math.exp(mean + half)
     verdict = "B >= A" if low >= 1 else "B < A" if high < 1 else "level within the noise"
     return {**out, "ratio": round(math.exp(mean), 4), "low": round(low, 4),
@@ -93,11 +98,9 @@ def _fit_means(passes: list, side: str) -> dict:
 def pass_spread(values: list) -> float | None:
     """Standard deviation of log throughput over one side's passes, in percent: how far passes of
     one unchanged configuration scatter, the noise the per-round ratios inherit."""
-    logs = [math.log(v) for v in values if v]
-    if len(logs) < 2:
-        return None
-    mean = sum(logs) / len(logs)
-    return round(100 * math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)), 2)
+    measured = [v for v in values if v]
+    sd = _log_mean_sd(measured)[1] if measured else None
+    return round(100 * sd, 2) if sd is not None else None
 
 
 def summarize_pair(passes: list) -> dict:
