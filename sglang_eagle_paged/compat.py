@@ -7,6 +7,7 @@ new release means editing one file.
 import functools
 import importlib.metadata
 
+import torch
 from packaging.version import Version
 
 SUPPORTED_MIN = Version("0.5.11")
@@ -37,6 +38,8 @@ PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
 # Its Triton kernel, launched as alloc_extend_kernel[(bs,)](prefix_lens, seq_lens, last_loc, free_pages,
 # out_indices, next_power_of_2(bs), page_size) in 0.5.11 .. 0.5.12.post1 (allocator_warm_up.py)
 ALLOC_EXTEND_KERNEL = "sglang.srt.mem_cache.allocator.alloc_extend_kernel"
+# Its free: an AROUND hook takes a paged verify's page list without torch.unique (verify_free.py).
+PAGED_FREE = PAGED_ALLOCATOR + ".free"
 SPEC_ARGS_CHECK = "sglang.srt.server_args.ServerArgs._handle_speculative_decoding"
 # The paged tree verify's slot bookkeeping (torch.compile'd in SGLang; ours is one Triton launch). Imported by
 # name into eagle_info and ngram_info: the registry patches those modules' references too.
@@ -50,6 +53,8 @@ SRC_TGT_CACHE_LOC = "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc"
 # (verify_warm_up.py).
 TARGET_CACHE_LOC_KERNEL = "sglang.srt.speculative.spec_utils.get_target_cache_loc"
 FILTER_FINISHED_KERNEL = "sglang.srt.speculative.spec_utils.filter_finished_cache_loc_kernel"
+# The EAGLE verify's module, whose imported get_target_cache_loc must be our page-list split.
+VERIFY_MODULES = ("sglang.srt.speculative.eagle_info",)
 FINISHED_FILTER_NAMES = ("sglang.srt.speculative.spec_utils.create_num_accept_tokens_filter",  # 0.5.12
                          "sglang.srt.speculative.spec_utils.create_num_accepted_drafts_filter")  # 0.5.11
 # prepare_for_verify's last-slot lookup at page > 1 (a Triton kernel on CUDA whose int arguments,
@@ -103,6 +108,15 @@ def alloc_paged_token_slots_extend(*args, **kwargs):
     from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend as impl
 
     return impl(*args, **kwargs)
+
+
+def release_free_pages(allocator, pages: torch.Tensor) -> None:
+    """``PagedTokenToKVPoolAllocator.free``'s outside a free group, for pages already distinct: the
+    same lists, in the same order, without its ``torch.unique`` (0.5.11 .. 0.5.12.post1)."""
+    if allocator.need_sort:
+        allocator.release_pages = torch.cat((pages, allocator.release_pages))
+    else:
+        allocator.free_pages = torch.cat((pages, allocator.free_pages))
 
 
 def last_verified_tokens(spec_info):

@@ -234,6 +234,12 @@ def _self_test_verify_bookkeeping(device: str) -> str:
         problem = kernel_problem([t.to(device) for t in inputs] + [draft_tokens, page])
         if problem is not None:
             return f"verify bookkeeping kernel: {problem}"
+    from .verify_free import check
+
+    for draft_tokens, page in ((64, 64), (16, 128), (6, 2)):
+        problem = check(device, draft_tokens, page)
+        if problem is not None:
+            return f"verify page-list free: {problem}"
     return ""
 
 
@@ -305,7 +311,8 @@ def run(args) -> int:
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
         ok &= _line(not err, label, err or "tree extension, free-list slots, assignment, duplication, "
-                                          "post-verify move, verify bookkeeping and FA3 metadata match their torch references")
+                                          "post-verify move, verify bookkeeping, verify page-list free and FA3 metadata match their torch "
+                                          "references")
     print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
     return 0 if ok else 1
 

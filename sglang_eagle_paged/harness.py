@@ -246,3 +246,27 @@ def verify_bookkeeping_inputs(gen, bs: int, draft_token_num: int, page_size: int
                                          torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
         for i, c in enumerate(num_correct)])
     return seq_lens, out_cache_loc, accept_index, num_correct
+
+
+def paged_verify_inputs(gen, bs: int, draft_token_num: int, page_size: int, max_correct: int | None = None):
+    """As :func:`verify_bookkeeping_inputs`, with ``out_cache_loc`` laid out as SGLang's paged
+    allocator lays out a verify's extension: each request's positions ``seq_len ..`` on its own
+    pages (distinct across the batch), position ``p`` at ``page_of[p // page] * page + p % page``;
+    0 .. ``max_correct`` accepted drafts (default: up to the whole tree, so some keep pages the
+    verify added)."""
+    seq_lens = torch.randint(1, 5 * page_size + 2, (bs,), generator=gen)
+    ends = seq_lens + draft_token_num
+    pages_per_row = (ends + page_size - 1) // page_size
+    physical = torch.randperm(int(pages_per_row.sum()) * 2, generator=gen)[: int(pages_per_row.sum())] + 1
+    rows, first = [], 0
+    for n, end, count in zip(seq_lens.tolist(), ends.tolist(), pages_per_row.tolist()):
+        pos = torch.arange(n, end)
+        rows.append(physical[first + pos // page_size] * page_size + pos % page_size)
+        first += count
+    top = draft_token_num - 1 if max_correct is None else min(max_correct, draft_token_num - 1)
+    num_correct = torch.randint(0, top + 1, (bs,), generator=gen, dtype=torch.int32)
+    accept_index = torch.cat([
+        i * draft_token_num + torch.cat([torch.zeros(1, dtype=torch.int64),
+                                         torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
+        for i, c in enumerate(num_correct)])
+    return seq_lens, torch.cat(rows), accept_index, num_correct

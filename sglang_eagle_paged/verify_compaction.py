@@ -20,6 +20,7 @@ import logging
 import torch
 
 from .harness import verify_bookkeeping_inputs
+from . import verify_free
 from .kernels import verify_bookkeeping
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -44,8 +45,16 @@ def src_tgt_cache_loc(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accep
 
     0.5.11 names the fourth parameter ``num_accepted_drafts``; its callers (``eagle_info``,
     ``ngram_info``), like 0.5.12's, pass every argument by position."""
+    if verify_free.enabled():  # free counts in pages (verify_free.py); chosen at start-up, with the kernel
+        return verify_free.src_tgt_cache_loc(seq_lens, out_cache_loc, accept_index, num_correct_drafts,
+                                             draft_token_num, page_size)
     impl = verify_bookkeeping.src_and_free_counts if _state["kernel"] else src_tgt_cache_loc_eager
     return impl(seq_lens, out_cache_loc, accept_index, num_correct_drafts, draft_token_num, page_size)
+
+
+def kernel_in_use() -> bool:
+    """Whether the hook computes with the kernel (False after a failed warm-up: the eager ops)."""
+    return _state["kernel"]
 
 
 def kernel_problem(args) -> str | None:

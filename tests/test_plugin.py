@@ -49,6 +49,8 @@ print("RESULT " + json.dumps({{
     "verify_bookkeeping": "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc" in HookRegistry._patched
                           and __import__("sglang.srt.speculative.eagle_info", fromlist=["x"]).get_src_tgt_cache_loc
                           is __import__("sglang.srt.speculative.spec_utils", fromlist=["x"]).get_src_tgt_cache_loc,
+    # None where eagle_info's verify reaches the page-list split and free (verify_free.py)
+    "verify_free": __import__("sglang_eagle_paged.verify_free", fromlist=["x"]).hooks_in_place(),
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
     "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
@@ -63,7 +65,7 @@ BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGL
 def _env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
-                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX")}
+                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE")}
     env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
@@ -87,6 +89,7 @@ CASES = {
     "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
     "check_prefix": (_py(), {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}),
+    "verify_free_off": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -111,9 +114,10 @@ def result(p):
 
 
 ALL_ON = {"draft": True, "move": True, "spec": True, "init": True, "standalone_init": True, "mode": "on",
-          "kv_hook_installed": True, "verify_bookkeeping": True}
+          "kv_hook_installed": True, "verify_bookkeeping": True, "verify_free": None}
 NONE = {"draft": False, "move": False, "spec": False, "init": False, "standalone_init": False,
-        "kv_hook_installed": False, "verify_bookkeeping": False}
+        "kv_hook_installed": False, "verify_bookkeeping": False,
+        "verify_free": "get_target_cache_loc is not replaced"}
 
 
 def subset(r, want):
@@ -173,6 +177,12 @@ def test_prefix_check_hooks_only_when_asked(runs):
     r = result(runs["check_prefix"])
     assert r["prefix_check"] == [True, True] and subset(r, ALL_ON) == ALL_ON
     assert "prefix check=on" in runs["check_prefix"].stderr and "prefix check=off" in runs["default"].stderr
+
+
+def test_verify_page_list_free_hooks_unless_turned_off(runs):
+    r = result(runs["verify_free_off"])
+    assert r["verify_free"] == "get_target_cache_loc is not replaced"
+    assert subset(r, {**ALL_ON, "verify_free": None}) == {**ALL_ON, "verify_free": r["verify_free"]}
 
 
 def test_invalid_mode_exits_naming_valid_values(runs):
