@@ -39,6 +39,9 @@ class RunConfig:
 # A/B switch of the FA3 tree-draft metadata (fa3_metadata.py; the fused replay is the
 # default): SGLang's own builders.
 FA3_SGLANG = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}
+# A/B switch of the paged verify's free (verify_free.py; the page list is the default): SGLang's slot
+# list, its sort and its second sync.
+SLOT_LIST_FREE = {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}
 
 
 def testbed_sets(backend: str = "fa3") -> dict:
@@ -58,6 +61,7 @@ def testbed_sets(backend: str = "fa3") -> dict:
     tr = dict(backend="triton")
     extended = [  # most telling first: a cut-short run keeps these
         RunConfig("on_p64_fa3sg", page_size=64, backend=b, env=FA3_SGLANG),
+        RunConfig("on_p64_slotfree", page_size=64, backend=b, env=SLOT_LIST_FREE),
         RunConfig("on_p128", page_size=128, backend=b),
         RunConfig("on_p16", page_size=16, backend=b),
         RunConfig("oracle_on_p1", page_size=1, backend=b, **oracle),
