@@ -234,6 +234,15 @@ def verify_compaction_pairs(accepted, draft_tokens: int, num_slots: int, gen, fi
     return torch.cat(tgt), torch.cat(src)
 
 
+def accepted_rows(gen, num_correct, draft_token_num: int) -> torch.Tensor:
+    """``accept_index`` as a verify flattens it: per request its root (row position 0) and
+    ``num_correct[i]`` more distinct tree positions, ascending, offset by the request's row."""
+    return torch.cat([
+        i * draft_token_num + torch.cat([torch.zeros(1, dtype=torch.int64),
+                                         torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
+        for i, c in enumerate(num_correct)])
+
+
 def verify_bookkeeping_inputs(gen, bs: int, draft_token_num: int, page_size: int):
     """(seq_lens, out_cache_loc, accept_index, num_correct_drafts) of a paged tree verify, as
     ``eagle_info`` passes them to ``get_src_tgt_cache_loc``: per request ``draft_token_num``
@@ -241,10 +250,7 @@ def verify_bookkeeping_inputs(gen, bs: int, draft_token_num: int, page_size: int
     seq_lens = torch.randint(1, 5 * page_size + 2, (bs,), generator=gen)
     out_cache_loc = torch.randperm(bs * draft_token_num * 4, generator=gen)[: bs * draft_token_num] + 1
     num_correct = torch.randint(0, min(draft_token_num, 6), (bs,), generator=gen, dtype=torch.int32)
-    accept_index = torch.cat([
-        i * draft_token_num + torch.cat([torch.zeros(1, dtype=torch.int64),
-                                         torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
-        for i, c in enumerate(num_correct)])
+    accept_index = accepted_rows(gen, num_correct, draft_token_num)
     return seq_lens, out_cache_loc, accept_index, num_correct
 
 
@@ -265,8 +271,5 @@ def paged_verify_inputs(gen, bs: int, draft_token_num: int, page_size: int, max_
         first += count
     top = draft_token_num - 1 if max_correct is None else min(max_correct, draft_token_num - 1)
     num_correct = torch.randint(0, top + 1, (bs,), generator=gen, dtype=torch.int32)
-    accept_index = torch.cat([
-        i * draft_token_num + torch.cat([torch.zeros(1, dtype=torch.int64),
-                                         torch.randperm(draft_token_num - 1, generator=gen)[: int(c)].sort().values + 1])
-        for i, c in enumerate(num_correct)])
+    accept_index = accepted_rows(gen, num_correct, draft_token_num)
     return seq_lens, torch.cat(rows), accept_index, num_correct

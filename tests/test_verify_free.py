@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from sglang_eagle_paged import compat, verify_compaction, verify_free  # noqa: E402
-from sglang_eagle_paged.harness import PagedTreeHarness, paged_verify_inputs  # noqa: E402
+from sglang_eagle_paged.harness import PagedTreeHarness, accepted_rows, paged_verify_inputs  # noqa: E402
 from sglang_eagle_paged.kernels.verify_bookkeeping import (  # noqa: E402
     BLOCK_BS, BLOCK_T, split_verify_slots, src_and_free_counts, src_and_free_pages)
 
@@ -118,9 +118,7 @@ def _serve_verify(h, rows, draft_tokens, gen, split_kernel, free):
     # about half the requests accept no draft, the rest up to the whole tree
     num_correct = (torch.randint(0, draft_tokens, (bs,), generator=gen, dtype=torch.int32)
                    * torch.randint(0, 2, (bs,), generator=gen, dtype=torch.int32))
-    accept_index = torch.cat([i * draft_tokens + torch.cat([
-        torch.zeros(1, dtype=torch.int64), torch.randperm(draft_tokens - 1, generator=gen)[: int(c)].sort().values + 1])
-        for i, c in enumerate(num_correct)])
+    accept_index = accepted_rows(gen, num_correct, draft_tokens)
     src_cache_loc, tgt_cache_loc, to_free_num_slots = verify_compaction.src_tgt_cache_loc(
         batch.seq_lens, out_cache_loc, accept_index, num_correct, draft_tokens, page)
     to_free_slots = torch.empty((to_free_num_slots.sum().item(),), dtype=torch.int64)
