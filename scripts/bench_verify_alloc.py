@@ -1,0 +1,164 @@
+"""Host and wall time of the tree verify's slot allocation (``prepare_for_verify``), page 1 against page N.
+
+What ``EagleVerifyInput.prepare_for_verify`` runs to give each request ``draft_tokens`` verify slots, on
+SGLang's real allocators, through SGLang's own helpers:
+
+- page 1: ``alloc_token_slots`` (a slice of the free list);
+- page N: ``get_last_loc`` (a Triton kernel reading each request's last slot), then
+  ``alloc_paged_token_slots_extend`` (new-page count from the CPU lengths, ``alloc_extend_kernel``).
+
+The slot assignment that follows (``assign_req_to_token_pool_func``) is the same call at every page size
+and is left out. The tree cache is a chunk cache here, so the eviction check returns at once (a radix
+cache compares two integers). Each call restores the allocator's free list afterwards.
+
+  python scripts/bench_verify_alloc.py --out DIR     # writes verify_alloc.json, .md, .png
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+_spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "scripts" / "bench_kernels.py")
+bk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bk)  # sets TRITON_INTERPRET on a machine without a GPU
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from sglang_eagle_paged import compat  # noqa: E402
+from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+
+
+def _prefix_lens(bs: int, page: int, seed: int) -> list:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 4 * max(page, 64), (bs,), generator=gen).tolist()
+
+
+def paged_alloc_step(bs: int, draft_tokens: int, page: int, seed: int = 0):
+    """``prepare_for_verify``'s allocation at ``page`` > 1, on a harness holding ``bs`` real prefixes."""
+    from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend
+
+    lens = _prefix_lens(bs, page, seed)
+    h = PagedTreeHarness(page, 8, 5, num_tokens=(sum(lens) + bs * (draft_tokens + 2 * page)) * 2,
+                         head_num=1, head_dim=8, max_reqs=bs + 1, max_context_len=max(lens) + draft_tokens + page,
+                         device=bk.DEV)
+    batch = h.batch([h.add_request(n) for n in lens])
+    get_last_loc = compat.resolve(compat.GET_LAST_LOC)
+    allocator = h.allocator
+    saved = allocator.free_pages
+
+    def step():
+        prefix_lens, prefix_cpu = batch.seq_lens, batch.seq_lens_cpu
+        last_loc = get_last_loc(h.req_to_token_pool.req_to_token, batch.req_pool_indices, prefix_lens)
+        return alloc_paged_token_slots_extend(h.tree_cache, prefix_lens, prefix_cpu, prefix_lens + draft_tokens,
+                                              prefix_cpu + draft_tokens, last_loc, bs * draft_tokens)
+
+    def run():
+        out = step()
+        allocator.free_pages = saved
+        return out
+
+    return run
+
+
+def page_1_alloc_step(bs: int, draft_tokens: int):
+    from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.common import alloc_token_slots
+
+    allocator = TokenToKVPoolAllocator(bs * draft_tokens * 4, torch.bfloat16, bk.DEV, None, need_sort=False)
+    tree_cache = SimpleNamespace(token_to_kv_pool_allocator=allocator, is_chunk_cache=lambda: True)
+    saved = allocator.free_pages
+
+    def run():
+        out = alloc_token_slots(tree_cache, bs * draft_tokens)
+        allocator.free_pages = saved
+        return out
+
+    return run
+
+
+def bench(shapes):
+    rows = []
+    for bs, draft_tokens, page in shapes:
+        row = dict(bs=bs, draft_tokens=draft_tokens, page=page)
+        for way, run in (("page_n", paged_alloc_step(bs, draft_tokens, page)),
+                         ("page_1", page_1_alloc_step(bs, draft_tokens))):
+            out = run()
+            row[f"{way}_slots_distinct"] = bool(out.numel() == bs * draft_tokens
+                                                and torch.unique(out).numel() == out.numel())
+            row.update(bk.prefixed(way, bk.measure(run, f"verify alloc bs{bs} p{page} {way}")))
+            row[f"{way}_syncs"] = bk.count_syncs(run)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def markdown(res) -> str:
+    out = [f"# Tree verify slot allocation ({res['device']}, {res['date']})", "",
+           f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}; "
+           "`scripts/bench_verify_alloc.py`. `prepare_for_verify`'s allocation of each request's verify slots "
+           "through SGLang's helpers. **device** n/a where the step syncs; **wall**: back to back, GPU drained "
+           "before and after; **host**: on an idle GPU until the call returns.", "",
+           f"| bs | draft tokens | page | {bk.TIMING_HEAD} | syncs | slots distinct |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        for way in ("page_n", "page_1"):
+            page = r["page"] if way == "page_n" else 1
+            out.append(f"| {r['bs']} | {r['draft_tokens']} | {page} | {bk.timing_cells(r, way)} | "
+                       f"{r[f'{way}_syncs']} | {r[f'{way}_slots_distinct']} |")
+    return "\n".join(out) + "\n"
+
+
+def plot(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = res["rows"]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["page_n_host_us"] for r in rows], 0.4, label="page N")
+    ax.bar([x + 0.2 for x in xs], [r["page_1_host_us"] for r in rows], 0.4, label="page 1")
+    ax.set_xticks(list(xs), [f"bs{r['bs']}/p{r['page']}" for r in rows], fontsize=7)
+    ax.set_ylabel("host us per verify round")
+    ax.set_title(f"tree verify slot allocation, {res['device']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench_verify_alloc")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    import sglang
+
+    from sglang_eagle_paged.harness import _ensure_global_server_args
+
+    _ensure_global_server_args()
+    shapes = [(3, 8, 4), (2, 16, 16)] if bk.DEV == "cpu" else [
+        (1, 64, 64), (16, 64, 64), (48, 64, 64), (1, 64, 128), (16, 64, 128), (16, 64, 16)]
+    res = dict(device=torch.cuda.get_device_name() if bk.DEV == "cuda" else "cpu (Triton interpreter)",
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
+               versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
+               rows=bench(shapes))
+    for name, text in (("verify_alloc.json", json.dumps(res, indent=1)), ("verify_alloc.md", markdown(res))):
+        with open(os.path.join(args.out, name), "w") as f:
+            f.write(text)
+    plot(res, os.path.join(args.out, "verify_alloc.png"))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
