@@ -3,13 +3,15 @@
 What ``EagleVerifyInput.prepare_for_verify`` runs to give each request ``draft_tokens`` verify slots, on
 SGLang's real allocators, through SGLang's own helpers:
 
-- page 1: ``alloc_token_slots`` (a slice of the free list);
+- page 1: ``alloc_token_slots`` (a slice of the free list), then ``assign_req_to_token_pool_func``;
 - page N: ``get_last_loc`` (a Triton kernel reading each request's last slot), then
-  ``alloc_paged_token_slots_extend`` (new-page count from the CPU lengths, ``alloc_extend_kernel``).
+  ``alloc_paged_token_slots_extend`` (new-page count from the CPU lengths, ``alloc_extend_kernel``),
+  then ``assign_req_to_token_pool_func``;
+- ours at page N: ``verify_alloc.prepare_for_verify_hook`` (``SGLANG_EAGLE_PAGED_VERIFY_ALLOC=1``), the
+  same slots and ``req_to_token`` in one launch.
 
-The slot assignment that follows (``assign_req_to_token_pool_func``) is the same call at every page size
-and is left out. The tree cache is a chunk cache here, so the eviction check returns at once (a radix
-cache compares two integers). Each call restores the allocator's free list afterwards.
+The tree cache is a chunk cache here, so the eviction check returns at once (a radix cache compares two
+integers). Each call restores the allocator's free list afterwards.
 
   python scripts/bench_verify_alloc.py --out DIR     # writes verify_alloc.json, .md, .png
 """
@@ -33,8 +35,12 @@ _spec.loader.exec_module(bk)  # sets TRITON_INTERPRET on a machine without a GPU
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from sglang_eagle_paged import compat  # noqa: E402
+from sglang_eagle_paged import compat, verify_alloc  # noqa: E402
 from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+
+
+WAYS = ("page_n", "ours", "page_1")
+NAMES = dict(page_n="SGLang", ours="ours (one launch)", page_1="SGLang at page 1")
 
 
 def _prefix_lens(bs: int, page: int, seed: int) -> list:
@@ -42,8 +48,9 @@ def _prefix_lens(bs: int, page: int, seed: int) -> list:
     return torch.randint(1, 4 * max(page, 64), (bs,), generator=gen).tolist()
 
 
-def paged_alloc_step(bs: int, draft_tokens: int, page: int, seed: int = 0):
-    """``prepare_for_verify``'s allocation at ``page`` > 1, on a harness holding ``bs`` real prefixes."""
+def paged_alloc_step(bs: int, draft_tokens: int, page: int, ours: bool, seed: int = 0):
+    """``prepare_for_verify``'s allocation at ``page`` > 1 (SGLang's, or ours), on a harness holding ``bs``
+    real prefixes."""
     from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend
 
     lens = _prefix_lens(bs, page, seed)
@@ -55,11 +62,26 @@ def paged_alloc_step(bs: int, draft_tokens: int, page: int, seed: int = 0):
     allocator = h.allocator
     saved = allocator.free_pages
 
-    def step():
+    def sglang_step():
         prefix_lens, prefix_cpu = batch.seq_lens, batch.seq_lens_cpu
         last_loc = get_last_loc(h.req_to_token_pool.req_to_token, batch.req_pool_indices, prefix_lens)
-        return alloc_paged_token_slots_extend(h.tree_cache, prefix_lens, prefix_cpu, prefix_lens + draft_tokens,
-                                              prefix_cpu + draft_tokens, last_loc, bs * draft_tokens)
+        end = prefix_lens + draft_tokens
+        out = alloc_paged_token_slots_extend(h.tree_cache, prefix_lens, prefix_cpu, end, prefix_cpu + draft_tokens,
+                                             last_loc, bs * draft_tokens)
+        compat.assign_req_to_token_pool(batch.req_pool_indices, h.req_to_token_pool.req_to_token, prefix_lens, end,
+                                        out, bs)
+        return out
+
+    batch.forward_mode = SimpleNamespace(is_idle=lambda: False)
+    batch.batch_size = lambda: bs
+    spec = SimpleNamespace(draft_token=torch.zeros(bs * draft_tokens, dtype=torch.int64, device=bk.DEV),
+                           draft_token_num=draft_tokens)
+
+    def our_step():
+        verify_alloc.prepare_for_verify_hook(None, spec, batch, page)
+        return batch.out_cache_loc
+
+    step = our_step if ours else sglang_step
 
     def run():
         out = step()
@@ -77,8 +99,13 @@ def page_1_alloc_step(bs: int, draft_tokens: int):
     tree_cache = SimpleNamespace(token_to_kv_pool_allocator=allocator, is_chunk_cache=lambda: True)
     saved = allocator.free_pages
 
+    req_to_token = torch.zeros((bs, 4 * draft_tokens), dtype=torch.int32, device=bk.DEV)
+    rows = torch.arange(bs, device=bk.DEV)
+    start = torch.full((bs,), draft_tokens, device=bk.DEV)
+
     def run():
         out = alloc_token_slots(tree_cache, bs * draft_tokens)
+        compat.assign_req_to_token_pool(rows, req_to_token, start, start + draft_tokens, out, bs)
         allocator.free_pages = saved
         return out
 
@@ -86,18 +113,23 @@ def page_1_alloc_step(bs: int, draft_tokens: int):
 
 
 def bench(shapes):
+    verify_alloc._state["on"] = True  # what SGLANG_EAGLE_PAGED_VERIFY_ALLOC=1 turns on at start-up
     rows = []
     for bs, draft_tokens, page in shapes:
         row = dict(bs=bs, draft_tokens=draft_tokens, page=page)
-        for way, run in (("page_n", paged_alloc_step(bs, draft_tokens, page)),
+        slots = {}
+        for way, run in (("page_n", paged_alloc_step(bs, draft_tokens, page, False)),
+                         ("ours", paged_alloc_step(bs, draft_tokens, page, True)),
                          ("page_1", page_1_alloc_step(bs, draft_tokens))):
-            out = run()
+            out = slots[way] = run().cpu()
             row[f"{way}_slots_distinct"] = bool(out.numel() == bs * draft_tokens
                                                 and torch.unique(out).numel() == out.numel())
             row.update(bk.prefixed(way, bk.measure(run, f"verify alloc bs{bs} p{page} {way}")))
             row[f"{way}_syncs"] = bk.count_syncs(run)
+        row["same_slots"] = bool(torch.equal(slots["page_n"], slots["ours"]))
         rows.append(row)
         print(json.dumps(row), flush=True)
+    verify_alloc._state["on"] = False
     return rows
 
 
@@ -107,13 +139,13 @@ def markdown(res) -> str:
            "`scripts/bench_verify_alloc.py`. `prepare_for_verify`'s allocation of each request's verify slots "
            "through SGLang's helpers. **device** n/a where the step syncs; **wall**: back to back, GPU drained "
            "before and after; **host**: on an idle GPU until the call returns.", "",
-           f"| bs | draft tokens | page | {bk.TIMING_HEAD} | syncs | slots distinct |",
-           "|---|---|---|---|---|---|---|---|"]
+           f"| bs | draft tokens | page | way | {bk.TIMING_HEAD} | syncs | slots distinct | same slots as SGLang |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
-        for way in ("page_n", "page_1"):
-            page = r["page"] if way == "page_n" else 1
-            out.append(f"| {r['bs']} | {r['draft_tokens']} | {page} | {bk.timing_cells(r, way)} | "
-                       f"{r[f'{way}_syncs']} | {r[f'{way}_slots_distinct']} |")
+        for way in WAYS:
+            page = 1 if way == "page_1" else r["page"]
+            out.append(f"| {r['bs']} | {r['draft_tokens']} | {page} | {NAMES[way]} | {bk.timing_cells(r, way)} | "
+                       f"{r[f'{way}_syncs']} | {r[f'{way}_slots_distinct']} | {r['same_slots'] if way == 'ours' else ''} |")
     return "\n".join(out) + "\n"
 
 
@@ -127,8 +159,8 @@ def plot(res, path):
     rows = res["rows"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = range(len(rows))
-    ax.bar([x - 0.2 for x in xs], [r["page_n_host_us"] for r in rows], 0.4, label="page N")
-    ax.bar([x + 0.2 for x in xs], [r["page_1_host_us"] for r in rows], 0.4, label="page 1")
+    for i, way in enumerate(WAYS):
+        ax.bar([x + (i - 1) * 0.27 for x in xs], [r[f"{way}_host_us"] for r in rows], 0.27, label=NAMES[way])
     ax.set_xticks(list(xs), [f"bs{r['bs']}/p{r['page']}" for r in rows], fontsize=7)
     ax.set_ylabel("host us per verify round")
     ax.set_title(f"tree verify slot allocation, {res['device']}", fontsize=9)

@@ -63,6 +63,8 @@ GET_LAST_LOC = "sglang.srt.mem_cache.common.get_last_loc"
 # The grad mode the scheduler serves under (no_grad, or inference_mode where SGLang's env asks for it):
 # torch.compile guards on it, so a warm-up compiled outside it compiles again on the first real call.
 DYNAMIC_GRAD_MODE = "sglang.srt.utils.common.DynamicGradMode"
+# The verify's slot allocation and assignment (verify_alloc.py, opt-in).
+PREPARE_FOR_VERIFY = "sglang.srt.speculative.eagle_info.EagleVerifyInput.prepare_for_verify"
 # Whole draft and verify steps: wrapped only by the debug prefix check (SGLANG_EAGLE_PAGED_CHECK_PREFIX).
 DRAFT_STEP = EAGLE_WORKER + ".draft"
 VERIFY_STEP = EAGLE_WORKER + ".verify"
@@ -108,6 +110,26 @@ def alloc_paged_token_slots_extend(*args, **kwargs):
     from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend as impl
 
     return impl(*args, **kwargs)
+
+
+def evict_from_tree_cache(tree_cache, num_tokens: int) -> None:
+    from sglang.srt.mem_cache.common import evict_from_tree_cache as impl
+
+    impl(tree_cache, num_tokens)
+
+
+def assign_req_to_token_pool(req_pool_indices, req_to_token, start, end, out_cache_loc, bs: int) -> None:
+    from sglang.srt.speculative.spec_utils import assign_req_to_token_pool_func
+
+    assign_req_to_token_pool_func(req_pool_indices, req_to_token, start, end, out_cache_loc, bs)
+
+
+def mamba_extra_buffer() -> bool:
+    """Whether the verify also tracks mamba state buffers (``prepare_for_verify``'s last part)."""
+    from sglang.srt.server_args import get_global_server_args
+
+    enabled = getattr(get_global_server_args(), "enable_mamba_extra_buffer", None)
+    return bool(enabled and enabled())
 
 
 def release_free_pages(allocator, pages: torch.Tensor) -> None:

@@ -240,6 +240,12 @@ def _self_test_verify_bookkeeping(device: str) -> str:
         problem = check(device, draft_tokens, page)
         if problem is not None:
             return f"verify page-list free: {problem}"
+    from .verify_alloc import check as check_alloc
+
+    for draft_tokens, page in ((64, 64), (16, 128), (6, 2)):
+        problem = check_alloc(device, draft_tokens, page)
+        if problem is not None:
+            return f"verify slot allocation (opt-in): {problem}"
     return ""
 
 
@@ -311,8 +317,8 @@ def run(args) -> int:
         except Exception as exc:
             err = f"{type(exc).__name__}: {exc}"
         ok &= _line(not err, label, err or "tree extension, free-list slots, assignment, duplication, "
-                                          "post-verify move, verify bookkeeping, verify page-list free and FA3 metadata match their torch "
-                                          "references")
+                                          "post-verify move, verify bookkeeping, verify page-list free, verify slot allocation and FA3 "
+                                          "metadata match their references")
     print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
     return 0 if ok else 1
 

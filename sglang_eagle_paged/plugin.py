@@ -41,7 +41,7 @@ def _optional_hooks() -> dict:
     # Without these serving is still right, only slower: STANDALONE's warm-up (its kernels
     # would compile on the first draft step) and the eager verify bookkeeping (SGLang's
     # torch.compile'd one stays). A release without the target is no reason to stop.
-    from . import verify_free
+    from . import verify_alloc, verify_free
     from .verify_compaction import src_tgt_cache_loc
     from .worker import worker_init_hook
 
@@ -49,8 +49,9 @@ def _optional_hooks() -> dict:
              compat.SRC_TGT_CACHE_LOC: (src_tgt_cache_loc, "REPLACE")}
     try:  # the verify's page-list free: turned on at worker start-up only if both hooks took
         hooks.update(verify_free.hooks())
+        hooks.update(verify_alloc.hooks())  # opt-in
     except (ImportError, AttributeError) as exc:
-        logger.warning("[sglang-eagle-paged] verify frees SGLang's slot list: %s", exc)
+        logger.warning("[sglang-eagle-paged] the verify's slots stay SGLang's: %s", exc)
     return hooks
 
 

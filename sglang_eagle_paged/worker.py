@@ -175,6 +175,9 @@ def warm_up(worker) -> None:
     from . import verify_free
 
     verify_free.warm_up(device, draft_tokens, page, worker.token_to_kv_pool_allocator)
+    from . import verify_alloc
+
+    verify_alloc.warm_up(device, draft_tokens, page)
     if _draft_attention_is_fa3(worker):
         from . import fa3_metadata
 
@@ -194,7 +197,7 @@ def _draft_attention_is_fa3(worker) -> bool:
 
 def worker_init_hook(result, worker, *args, **kwargs):
     """AFTER hook for ``EAGLEWorker.__init__``."""
-    from . import prefix_check, verify_free
+    from . import prefix_check, verify_alloc, verify_free
     from .mode import current_mode
 
     mode = current_mode()
@@ -205,9 +208,10 @@ def worker_init_hook(result, worker, *args, **kwargs):
         # register()'s own line is dropped; this one comes after, once per TP rank, with its prefix.
         logger.info(
             "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
-            "verify free=%s, warm-up %.0f ms%s", mode.value, "ours" if handles(worker) else "SGLang's",
-            worker.page_size, worker.topk, worker.speculative_num_steps,
-            "page list" if verify_free.enabled() else "SGLang's", 1e3 * (time.perf_counter() - t0),
+            "verify free=%s, verify slots=%s, warm-up %.0f ms%s", mode.value,
+            "ours" if handles(worker) else "SGLang's", worker.page_size, worker.topk, worker.speculative_num_steps,
+            "page list" if verify_free.enabled() else "SGLang's",
+            "one launch" if verify_alloc.enabled() else "SGLang's", 1e3 * (time.perf_counter() - t0),
             ", prefix check on" if prefix_check.enabled() else "",
         )
     return result

@@ -26,8 +26,10 @@ def test_tiny_allocation_sweep_writes_its_report(tmp_path):
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads((tmp_path / "verify_alloc.json").read_text())
-    assert res["rows"] and all(r["page_n_slots_distinct"] and r["page_1_slots_distinct"] for r in res["rows"])
+    assert res["rows"] and all(r[f"{w}_slots_distinct"] for r in res["rows"] for w in ("page_n", "ours", "page_1"))
+    assert all(r["same_slots"] for r in res["rows"])
     md = (tmp_path / "verify_alloc.md").read_text()
     for r in res["rows"]:
-        assert f"| {r['bs']} | {r['draft_tokens']} | {r['page']} | n/a (cpu) | {r['page_n_wall_us']} |" in md
-        assert f"| {r['bs']} | {r['draft_tokens']} | 1 | n/a (cpu) | {r['page_1_wall_us']} |" in md
+        assert f"| {r['bs']} | {r['draft_tokens']} | {r['page']} | SGLang | n/a (cpu) | {r['page_n_wall_us']} |" in md
+        assert f"| {r['bs']} | {r['draft_tokens']} | {r['page']} | ours (one launch) | n/a (cpu) |" in md
+        assert f"| {r['bs']} | {r['draft_tokens']} | 1 | SGLang at page 1 | n/a (cpu) | {r['page_1_wall_us']} |" in md

@@ -51,6 +51,8 @@ print("RESULT " + json.dumps({{
                           is __import__("sglang.srt.speculative.spec_utils", fromlist=["x"]).get_src_tgt_cache_loc,
     # None where eagle_info's verify reaches the page-list split and free (verify_free.py)
     "verify_free": __import__("sglang_eagle_paged.verify_free", fromlist=["x"]).hooks_in_place(),
+    "verify_alloc": hasattr(__import__("sglang.srt.speculative.eagle_info", fromlist=["x"])
+                            .EagleVerifyInput.prepare_for_verify, "__wrapped__"),
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
     "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
@@ -65,7 +67,8 @@ BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGL
 def _env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
-                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE")}
+                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE",
+                        "SGLANG_EAGLE_PAGED_VERIFY_ALLOC")}
     env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
@@ -90,6 +93,7 @@ CASES = {
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
     "check_prefix": (_py(), {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}),
     "verify_free_off": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}),
+    "verify_alloc_on": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_ALLOC": "1"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -183,6 +187,11 @@ def test_verify_page_list_free_hooks_unless_turned_off(runs):
     r = result(runs["verify_free_off"])
     assert r["verify_free"] == "get_target_cache_loc is not replaced"
     assert subset(r, {**ALL_ON, "verify_free": None}) == {**ALL_ON, "verify_free": r["verify_free"]}
+
+
+def test_verify_allocation_hooks_only_when_asked(runs):
+    assert result(runs["verify_alloc_on"])["verify_alloc"] is True
+    assert result(runs["default"])["verify_alloc"] is False
 
 
 def test_invalid_mode_exits_naming_valid_values(runs):
