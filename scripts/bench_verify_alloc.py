@@ -20,20 +20,18 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-_spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "scripts" / "bench_kernels.py")
-bk = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bk)  # sets TRITON_INTERPRET on a machine without a GPU
+_spec = importlib.util.spec_from_file_location("bench_verify_free", ROOT / "scripts" / "bench_verify_free.py")
+bvf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bvf)  # its report helpers; loads bench_kernels, which sets TRITON_INTERPRET without a GPU
+bk = bvf.bk
 
 import torch  # noqa: E402
-import triton  # noqa: E402
 
 from sglang_eagle_paged import compat, verify_alloc  # noqa: E402
 from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
@@ -149,47 +147,18 @@ def markdown(res) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot(res, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    rows = res["rows"]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    xs = range(len(rows))
-    for i, way in enumerate(WAYS):
-        ax.bar([x + (i - 1) * 0.27 for x in xs], [r[f"{way}_host_us"] for r in rows], 0.27, label=NAMES[way])
-    ax.set_xticks(list(xs), [f"bs{r['bs']}/p{r['page']}" for r in rows], fontsize=7)
-    ax.set_ylabel("host us per verify round")
-    ax.set_title(f"tree verify slot allocation, {res['device']}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_verify_alloc")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    import sglang
-
     from sglang_eagle_paged.harness import _ensure_global_server_args
 
     _ensure_global_server_args()
     shapes = [(3, 8, 4), (2, 16, 16)] if bk.DEV == "cpu" else [
         (1, 64, 64), (16, 64, 64), (48, 64, 64), (1, 64, 128), (16, 64, 128), (16, 64, 16)]
-    res = dict(device=torch.cuda.get_device_name() if bk.DEV == "cuda" else "cpu (Triton interpreter)",
-               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
-               versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
-               rows=bench(shapes))
-    for name, text in (("verify_alloc.json", json.dumps(res, indent=1)), ("verify_alloc.md", markdown(res))):
-        with open(os.path.join(args.out, name), "w") as f:
-            f.write(text)
-    plot(res, os.path.join(args.out, "verify_alloc.png"))
-    print(markdown(res))
+    bvf.write_report(args.out, "verify_alloc", bench(shapes), markdown,
+                     lambda res, path: bvf.plot_host_bars(res, path, WAYS, NAMES, "tree verify slot allocation"))
 
 
 if __name__ == "__main__":

@@ -139,7 +139,8 @@ def markdown(res) -> str:
     return "\n".join(out) + "\n"
 
 
-def plot(res, path):
+def plot_host_bars(res, path, ways, names, title):
+    """Host time per verify round of each way, one group of bars per shape."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -149,14 +150,32 @@ def plot(res, path):
     rows = res["rows"]
     fig, ax = plt.subplots(figsize=(8, 3.5))
     xs = range(len(rows))
-    for i, way in enumerate(WAYS):
-        ax.bar([x + (i - 1.5) * 0.2 for x in xs], [r[f"{way}_host_us"] for r in rows], 0.2, label=NAMES[way])
+    width = 0.8 / len(ways)
+    for i, way in enumerate(ways):
+        ax.bar([x + (i - (len(ways) - 1) / 2) * width for x in xs], [r[f"{way}_host_us"] for r in rows], width,
+               label=names[way])
     ax.set_xticks(list(xs), [f"bs{r['bs']}/p{r['page']}/d{r['draft_tokens']}" for r in rows], fontsize=7)
     ax.set_ylabel("host us per verify round")
-    ax.set_title(f"paged verify free step, {res['device']}", fontsize=9)
+    ax.set_title(f"{title}, {res['device']}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def write_report(out_dir, stem, rows, markdown, plot):
+    """``<stem>.json``, ``.md`` and ``.png`` in ``out_dir``: the rows with the machine and versions."""
+    import sglang
+
+    res = dict(device=torch.cuda.get_device_name() if bk.DEV == "cuda" else "cpu (Triton interpreter)",
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
+               versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
+               rows=rows)
+    with open(os.path.join(out_dir, f"{stem}.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w") as f:
+        f.write(markdown(res))
+    plot(res, os.path.join(out_dir, f"{stem}.png"))
+    print(markdown(res))
 
 
 def main():
@@ -164,22 +183,12 @@ def main():
     ap.add_argument("--out", default="bench_verify_free")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    import sglang
-
     if bk.DEV == "cpu":
         shapes = [(3, 8, 4), (2, 16, 16)]
     else:
         shapes = [(1, 64, 64), (4, 64, 64), (16, 64, 64), (64, 64, 64), (1, 64, 128), (16, 64, 128), (16, 64, 16)]
-    res = dict(device=torch.cuda.get_device_name() if bk.DEV == "cuda" else "cpu (Triton interpreter)",
-               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
-               versions=dict(sglang=sglang.__version__, torch=torch.__version__, triton=triton.__version__),
-               rows=bench(shapes))
-    with open(os.path.join(args.out, "verify_free.json"), "w") as f:
-        json.dump(res, f, indent=1)
-    with open(os.path.join(args.out, "verify_free.md"), "w") as f:
-        f.write(markdown(res))
-    plot(res, os.path.join(args.out, "verify_free.png"))
-    print(markdown(res))
+    write_report(args.out, "verify_free", bench(shapes), markdown,
+                 lambda res, path: plot_host_bars(res, path, WAYS, NAMES, "paged verify free step"))
 
 
 if __name__ == "__main__":
