@@ -37,7 +37,7 @@ def enabled() -> bool:
     return _state["on"]
 
 
-def _refusal(spec_info, batch, page_size: int) -> str | None:
+def _refusal(batch, page_size: int) -> str | None:
     """Why this verify's slots are SGLang's to allocate; None where the hook allocates them."""
     if not _state["on"] or page_size <= 1 or batch.forward_mode.is_idle():
         return "not ours"
@@ -52,7 +52,7 @@ def _refusal(spec_info, batch, page_size: int) -> str | None:
 
 def prepare_for_verify_hook(original, spec_info, batch, page_size):
     """AROUND hook for ``EagleVerifyInput.prepare_for_verify``."""
-    if _refusal(spec_info, batch, page_size) is not None:
+    if _refusal(batch, page_size) is not None:
         return original(spec_info, batch, page_size)
     allocator = batch.tree_cache.token_to_kv_pool_allocator
     draft_tokens = spec_info.draft_token_num
