@@ -34,7 +34,7 @@ bk = bvf.bk
 import torch  # noqa: E402
 
 from sglang_eagle_paged import compat, verify_alloc  # noqa: E402
-from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+from sglang_eagle_paged.harness import verify_harness  # noqa: E402
 
 
 WAYS = ("page_n", "ours", "page_1")
@@ -49,26 +49,12 @@ def _prefix_lens(bs: int, page: int, seed: int) -> list:
 def paged_alloc_step(bs: int, draft_tokens: int, page: int, ours: bool, seed: int = 0):
     """``prepare_for_verify``'s allocation at ``page`` > 1 (SGLang's, or ours), on a harness holding ``bs``
     real prefixes."""
-    from sglang.srt.mem_cache.common import alloc_paged_token_slots_extend
-
-    lens = _prefix_lens(bs, page, seed)
-    h = PagedTreeHarness(page, 8, 5, num_tokens=(sum(lens) + bs * (draft_tokens + 2 * page)) * 2,
-                         head_num=1, head_dim=8, max_reqs=bs + 1, max_context_len=max(lens) + draft_tokens + page,
-                         device=bk.DEV)
-    batch = h.batch([h.add_request(n) for n in lens])
-    get_last_loc = compat.resolve(compat.GET_LAST_LOC)
+    h, batch = verify_harness(page, draft_tokens, _prefix_lens(bs, page, seed), bk.DEV)
     allocator = h.allocator
     saved = allocator.free_pages
 
     def sglang_step():
-        prefix_lens, prefix_cpu = batch.seq_lens, batch.seq_lens_cpu
-        last_loc = get_last_loc(h.req_to_token_pool.req_to_token, batch.req_pool_indices, prefix_lens)
-        end = prefix_lens + draft_tokens
-        out = alloc_paged_token_slots_extend(h.tree_cache, prefix_lens, prefix_cpu, end, prefix_cpu + draft_tokens,
-                                             last_loc, bs * draft_tokens)
-        compat.assign_req_to_token_pool(batch.req_pool_indices, h.req_to_token_pool.req_to_token, prefix_lens, end,
-                                        out, bs)
-        return out
+        return verify_alloc.sglang_verify_slots(h, batch, draft_tokens)
 
     batch.forward_mode = SimpleNamespace(is_idle=lambda: False)
     batch.batch_size = lambda: bs
@@ -132,9 +118,8 @@ def bench(shapes):
 
 
 def markdown(res) -> str:
-    out = [f"# Tree verify slot allocation ({res['device']}, {res['date']})", "",
-           f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}; "
-           "`scripts/bench_verify_alloc.py`. `prepare_for_verify`'s allocation of each request's verify slots "
+    out = bvf.report_header(res, "Tree verify slot allocation", "bench_verify_alloc.py") + [
+           "`prepare_for_verify`'s allocation of each request's verify slots "
            "through SGLang's helpers. **device** n/a where the step syncs; **wall**: back to back, GPU drained "
            "before and after; **host**: on an idle GPU until the call returns.", "",
            f"| bs | draft tokens | page | way | {bk.TIMING_HEAD} | syncs | slots distinct | same slots as SGLang |",

@@ -120,10 +120,16 @@ def bench(shapes, seed=0):
     return rows
 
 
+def report_header(res, title: str, script: str) -> list:
+    """A report's title line and its machine, versions and script, as Markdown lines."""
+    return [f"# {title} ({res['device']}, {res['date']})", "",
+            f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}; "
+            f"`scripts/{script}`."]
+
+
 def markdown(res) -> str:
-    out = [f"# Paged verify free step ({res['device']}, {res['date']})", "",
-           f"sglang {res['versions']['sglang']}, torch {res['versions']['torch']}, triton {res['versions']['triton']}; "
-           "`scripts/bench_verify_free.py`. Per verify round, from the bookkeeping to the allocator's free, as "
+    out = report_header(res, "Paged verify free step", "bench_verify_free.py") + [
+           "Per verify round, from the bookkeeping to the allocator's free, as "
            "`eagle_info` runs it; 0-5 accepted drafts per request. **wall**: back to back, GPU drained before and "
            "after; **host**: on an idle GPU until the call returns (what a host-bound server waits for). Device "
            "time is n/a: every way syncs.", "",

@@ -203,6 +203,16 @@ def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool
     return multi
 
 
+def verify_harness(page_size: int, draft_tokens: int, lens, device: str = "cpu", seed: int = 0):
+    """``(harness, batch)``: real prefixes of ``lens`` on a pool just large enough for a verify of
+    ``draft_tokens`` per request (and as much again), for the verify's allocation."""
+    bs = len(lens)
+    h = PagedTreeHarness(page_size, 2, 1, num_tokens=(sum(lens) + bs * (draft_tokens + 2 * page_size)) * 2,
+                         head_num=1, head_dim=8, max_reqs=bs + 1,
+                         max_context_len=max(lens) + draft_tokens + page_size, device=device, seed=seed)
+    return h, h.batch([h.add_request(n) for n in lens])
+
+
 def branch_slots(rng, seq_lens, topk, page_size, steps, first_free_page=1):
     """``out_cache_loc`` as SGLang's paged tree drafting lays it out ([bs, topk, steps],
     flattened): each branch owns fresh pages; its drafts start at the prefix's

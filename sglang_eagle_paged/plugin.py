@@ -47,9 +47,9 @@ def _optional_hooks() -> dict:
 
     hooks = {compat.STANDALONE_WORKER_INIT: (worker_init_hook, "AFTER"),
              compat.SRC_TGT_CACHE_LOC: (src_tgt_cache_loc, "REPLACE")}
-    try:  # the verify's page-list free: turned on at worker start-up only if both hooks took
+    try:  # the verify's page-list free and (opt-in) one-launch slots; each turned on at worker start-up
         hooks.update(verify_free.hooks())
-        hooks.update(verify_alloc.hooks())  # opt-in
+        hooks.update(verify_alloc.hooks())
     except (ImportError, AttributeError) as exc:
         logger.warning("[sglang-eagle-paged] the verify's slots stay SGLang's: %s", exc)
     return hooks

@@ -79,12 +79,9 @@ def hooks() -> dict:
 def check(device, draft_tokens: int, page_size: int) -> str | None:
     """Why the kernel cannot stand in for SGLang's allocation here: its error, or other slots, another
     ``req_to_token`` or another free list than SGLang's helpers give on a few verifies; None where it can."""
-    from .harness import PagedTreeHarness
-
     try:
         for seed, bs in ((0, 1), (1, 5)):
-            got, want = (_one_verify(PagedTreeHarness, device, draft_tokens, page_size, seed, bs, ours)
-                         for ours in (True, False))
+            got, want = (_one_verify(device, draft_tokens, page_size, seed, bs, ours) for ours in (True, False))
             for name, a, b in zip(("slots", "req_to_token", "free list"), got, want):
                 if not torch.equal(a, b):
                     return f"its {name} differ from SGLang's"
@@ -93,13 +90,12 @@ def check(device, draft_tokens: int, page_size: int) -> str | None:
     return None
 
 
-def _one_verify(harness_class, device, draft_tokens, page_size, seed, bs, ours):
+def _one_verify(device, draft_tokens, page_size, seed, bs, ours):
+    from .harness import verify_harness
+
     gen = torch.Generator().manual_seed(seed)
-    lens = torch.randint(1, 3 * page_size + 2, (bs,), generator=gen).tolist()
-    h = harness_class(page_size, 2, 1, num_tokens=(sum(lens) + bs * (draft_tokens + 2 * page_size)) * 2,
-                      head_num=1, head_dim=8, max_reqs=bs + 1,
-                      max_context_len=max(lens) + draft_tokens + page_size, device=device)
-    batch = h.batch([h.add_request(n) for n in lens])
+    h, batch = verify_harness(page_size, draft_tokens, torch.randint(1, 3 * page_size + 2, (bs,), generator=gen).tolist(),
+                              device)
     if ours:
         out = verify_slots(h.req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens,
                            h.allocator.free_pages, draft_tokens, page_size)

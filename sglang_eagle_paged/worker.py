@@ -172,11 +172,9 @@ def warm_up(worker) -> None:
 
     draft_tokens = getattr(worker, "speculative_num_draft_tokens", None) or steps + 1
     verify_compaction.warm_up(device, draft_tokens, page)
-    from . import verify_free
+    from . import verify_alloc, verify_free
 
     verify_free.warm_up(device, draft_tokens, page, worker.token_to_kv_pool_allocator)
-    from . import verify_alloc
-
     verify_alloc.warm_up(device, draft_tokens, page)
     if _draft_attention_is_fa3(worker):
         from . import fa3_metadata

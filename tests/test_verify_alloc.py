@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from sglang_eagle_paged import compat, verify_alloc  # noqa: E402
-from sglang_eagle_paged.harness import PagedTreeHarness  # noqa: E402
+from sglang_eagle_paged.harness import PagedTreeHarness, verify_harness  # noqa: E402
 from sglang_eagle_paged.kernels import verify_alloc as kernel  # noqa: E402
 
 eagle_info = pytest.importorskip("sglang.srt.speculative.eagle_info")
@@ -59,10 +59,7 @@ def test_the_check_catches_wrong_slots(monkeypatch):
 
 
 def _verify_batch(page, draft_tokens, lens, seed=0):
-    h = PagedTreeHarness(page, 2, 1, num_tokens=(sum(lens) + len(lens) * (draft_tokens + 2 * page)) * 2,
-                         head_num=1, head_dim=8, max_reqs=len(lens) + 1,
-                         max_context_len=max(lens) + draft_tokens + page, seed=seed)
-    batch = h.batch([h.add_request(n) for n in lens])
+    h, batch = verify_harness(page, draft_tokens, lens, seed=seed)
     batch.forward_mode = SimpleNamespace(is_idle=lambda: False)
     batch.input_ids = None
     batch.batch_size = lambda: len(lens)
