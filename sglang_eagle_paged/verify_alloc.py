@@ -9,9 +9,11 @@ the list as ``alloc_extend`` does.
 
 Only on SGLang's own paged allocator outside debug mode, without the mamba track buffers, and where
 the free list holds the pages the verify needs; every other call is SGLang's method, which evicts
-from the tree cache or raises its own out-of-memory error as before. Off by default until its
-end-to-end effect has been measured on a GPU; turned on, it is compiled and checked against SGLang's
-allocation at worker start-up (:func:`warm_up`), and stays off if that fails.
+from the tree cache or raises its own out-of-memory error as before. Off by default: on the H200
+(run 15) it cut the step's host time from about 180 us to 40 us at page 64, but the throughput did
+not move, because the host is not the critical path at this point of the verify. Turned on, it is
+compiled and checked against SGLang's allocation at worker start-up (:func:`warm_up`), and stays off
+if that fails.
 """
 
 import logging
