@@ -14,6 +14,7 @@ own method. Compared with SGLang 0.5.12.post1's version it:
   allocator in a ``finally``, so a failure cannot leak the draft slots.
 """
 
+import contextlib
 import logging
 import time
 
@@ -136,18 +137,61 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
             worker.token_to_kv_pool_allocator.restore_state(allocator_state)
 
 
-def warm_up(worker) -> None:
+@contextlib.contextmanager
+def _timed(parts: dict, name: str):
+    # Host seconds per part: the parts are Triton and torch.compile compiles, which run on the host.
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        parts[name] = time.perf_counter() - t0
+
+
+def warm_up(worker) -> dict:
     """Compile our kernels for this worker's configuration before serving.
 
     Triton compiles on first launch; without this the first decode step of a
     server pays it (seconds) in the middle of serving. Every constexpr is a
     configuration value, so these are the only variants serving will use.
+    Returns each part's seconds: a server's start-up line names where the time went.
     """
+    parts = {}
     if not handles(worker):
-        return
+        return parts
     device = worker.device
-    i64 = dict(dtype=torch.int64, device=device)
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
+    draft_tokens = getattr(worker, "speculative_num_draft_tokens", None) or steps + 1
+    max_batch = compat.max_batch_size(worker)
+    from . import allocator_warm_up, verify_alloc, verify_compaction, verify_free, verify_warm_up
+    from .kv_copy import warm_up_moves
+
+    with _timed(parts, "tree"):
+        _warm_up_tree_drafting(worker, device, page, topk, steps)
+    # The post-verify compaction's kernels (the first verify would compile them): the move on the
+    # target pool, and the bookkeeping, which falls back to eager ops if it cannot compile here.
+    with _timed(parts, "move"):
+        warm_up_moves(compat.worker_kv_pools(worker)["target"])
+    with _timed(parts, "bookkeeping"):
+        verify_compaction.warm_up(device, draft_tokens, page)
+    with _timed(parts, "free"):
+        verify_free.warm_up(device, draft_tokens, page, worker.token_to_kv_pool_allocator)
+    with _timed(parts, "slots"):
+        verify_alloc.warm_up(device, draft_tokens, page)
+    if _draft_attention_is_fa3(worker):
+        from . import fa3_metadata
+
+        with _timed(parts, "fa3"):
+            fa3_metadata.warm_up(device, topk, steps, page)
+    with _timed(parts, "allocator"):
+        allocator_warm_up.warm_up(device, page, max_batch)
+    with _timed(parts, "sglang verify"):
+        verify_warm_up.warm_up(device, draft_tokens, page, max_batch, compat.worker_req_to_token(worker))
+    return parts
+
+
+def _warm_up_tree_drafting(worker, device, page: int, topk: int, steps: int) -> None:
+    # Both slot paths and the copy, on scratch rows and the padding page: no KV changes.
+    i64 = dict(dtype=torch.int64, device=device)
     seq_lens = torch.tensor([page + 1], **i64)  # a partial last page: every code path runs
     seq_lens_cpu = seq_lens.cpu()
     need, num_new_pages = extension_totals(seq_lens_cpu, page, topk, steps)
@@ -161,30 +205,9 @@ def warm_up(worker) -> None:
     free_pages = torch.zeros(num_new_pages, **i64)
     layout = assign_tree_draft_slots_from_free_pages(rows, scratch_rows, seq_lens, free_pages, page, topk, steps)
     # All pairs are 0 -> 0 copies of the padding slot or sentinels: no KV changes.
-    from .kv_copy import duplicate_in_pool, warm_up_moves
+    from .kv_copy import duplicate_in_pool
 
-    pools = compat.worker_kv_pools(worker)
-    duplicate_in_pool(pools["draft"], layout.tgt_loc, layout.src_loc)
-    # The post-verify compaction's kernels (the first verify would compile them): the move on the
-    # target pool, and the bookkeeping, which falls back to eager ops if it cannot compile here.
-    warm_up_moves(pools["target"])
-    from . import verify_compaction
-
-    draft_tokens = getattr(worker, "speculative_num_draft_tokens", None) or steps + 1
-    verify_compaction.warm_up(device, draft_tokens, page)
-    from . import verify_alloc, verify_free
-
-    verify_free.warm_up(device, draft_tokens, page, worker.token_to_kv_pool_allocator)
-    verify_alloc.warm_up(device, draft_tokens, page)
-    if _draft_attention_is_fa3(worker):
-        from . import fa3_metadata
-
-        fa3_metadata.warm_up(device, topk, steps, page)
-    from . import allocator_warm_up, verify_warm_up
-
-    max_batch = compat.max_batch_size(worker)
-    allocator_warm_up.warm_up(device, page, max_batch)
-    verify_warm_up.warm_up(device, draft_tokens, page, max_batch, compat.worker_req_to_token(worker))
+    duplicate_in_pool(compat.worker_kv_pools(worker)["draft"], layout.tgt_loc, layout.src_loc)
 
 
 def _draft_attention_is_fa3(worker) -> bool:
@@ -201,18 +224,23 @@ def worker_init_hook(result, worker, *args, **kwargs):
     mode = current_mode()
     if mode is not Mode.OFF:
         t0 = time.perf_counter()
-        warm_up(worker)
+        parts = warm_up(worker)
         # SGLang loads plugins before it configures logging (launcher and schedulers alike), so
         # register()'s own line is dropped; this one comes after, once per TP rank, with its prefix.
         logger.info(
             "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
-            "verify free=%s, verify slots=%s, warm-up %.0f ms%s", mode.value,
+            "verify free=%s, verify slots=%s, warm-up %.0f ms%s%s", mode.value,
             "ours" if handles(worker) else "SGLang's", worker.page_size, worker.topk, worker.speculative_num_steps,
             "page list" if verify_free.enabled() else "SGLang's",
             "one launch" if verify_alloc.enabled() else "SGLang's", 1e3 * (time.perf_counter() - t0),
+            _parts_text(parts),
             ", prefix check on" if prefix_check.enabled() else "",
         )
     return result
+
+
+def _parts_text(parts: dict) -> str:
+    return " (" + ", ".join(f"{name} {1e3 * sec:.0f} ms" for name, sec in parts.items()) + ")" if parts else ""
 
 
 def draft_preprocess_decode_hook(original, worker, batch):
