@@ -98,7 +98,8 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
     res = ab.run_pairs([(p1, p64)], target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2,
-                       parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile))
+                       parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile),
+                       settle=0)
 
     assert json.loads((tmp_path / "ab" / "ab.json").read_text()) == res
     a, b = FakeServer.started
@@ -125,6 +126,43 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
     pytest.importorskip("matplotlib")
     assert ab.plot(res, str(tmp_path / "ab.png")) and (tmp_path / "ab.png").stat().st_size > 0
+
+
+def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_named(monkeypatch, tmp_path,
+                                                                                 fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        calls.append((base_url, kw["parallel"], len(qs)))
+        if len(calls) == 3:  # no warm-up (warmup=0): B's settling pass at parallel 2 "compiles" a kernel
+            entry = tmp_path / "ab" / "logs" / "triton_cache" / "pair0_B_on_p64" / "h1"
+            entry.mkdir(parents=True)
+            (entry / "late_kernel.json").write_text("{}")
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, parallel1_questions=1,
+                       max_new_tokens=8, warmup=0, question_file=str(qfile))  # settle: 1 by default
+    # the settling passes are the measured workload (same levels, same questions), A then B
+    assert [(par, n) for _, par, n in calls] == [(2, 2), (1, 1)] * 4
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"], p["parallel"]) for p in pair["passes"]] == [
+        (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1)]
+    # the compile is the settling pass's, named in the record and the table, not a counted pass's
+    assert pair["settle_compiled"] == {"B": {"late_kernel": 1}}
+    assert all(not p.get("compiled") for p in pair["passes"])
+    assert res["settle_passes"] == 1 and pair["summary"]["2"]["rounds"] == 1
+    header = ab.markdown(res).splitlines()[0]
+    assert "after 1 settling pass per side and parallelism (not counted; during them on_p1:on_p64 B compiled " \
+           "1 late_kernel)" in header
+    # recordings from before settling existed say nothing about it
+    assert "settling" not in ab.markdown({**res, "settle_passes": 0}).splitlines()[0]
 
 
 def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatch, tmp_path, fake_server):  # noqa: F811
@@ -194,7 +232,7 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
     with pytest.raises(KeyboardInterrupt):
         ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                      out_dir=str(tmp_path / "ab"), rounds=3, num_questions=1, parallel=1, max_new_tokens=8,
-                     warmup=0, question_file=str(qfile))
+                     warmup=0, question_file=str(qfile), settle=0)
     time.sleep(0.5)  # the lane thread returns after the stop; it must not append or save anything more
     pair = json.loads((tmp_path / "ab" / "ab.json").read_text())["pairs"]["on_p1:on_p64#0"]
     assert [(p["round"], p["side"]) for p in pair["passes"]] == [(0, "A"), (0, "B")]

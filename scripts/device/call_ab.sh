@@ -5,6 +5,7 @@
 #   AB_MODEL=large   the 8B-shaped dummy pair (run call_core.sh first), 128 tokens, ignore_eos
 #   AB_MODEL=testbed the trained 16M pair (carry its weights as tracked files), 256 tokens
 #   AB_PIN=1         each server and the client on CPUs of their own (bench/cpu_pinning.py)
+#   AB_SETTLE=N      uncounted passes of the measured workload per side before round 0 (default 1)
 # carry: .whl .devbundle/extra                  Results: $OUT/ab.tgz (ab.json, ab.md, ab.png, logs)
 source scripts/device/prelude.sh
 # AB_LANES=1 measures one pair at a time (run 9: two host-bound 16M pairs side by side, on one host's
@@ -22,7 +23,7 @@ fi
 timeout -s INT ${AB_S:-500} python3 -m sglang_eagle_paged.bench.ab "${MODEL[@]}" \
   --pairs ${AB_PAIRS:-on_p1:on_p64,on_p1:on_p128} --rounds ${ROUNDS:-3} --questions ${QUESTIONS:-48} \
   --parallel 16 --parallel1-questions ${P1_QUESTIONS:-0} --warmup 8 --gpus $GPUS --mem-fraction 0.4 \
-  ${AB_PIN:+--pin-cpus} --out /tmp/ab > $OUT/ab.log 2>&1
+  --settle-passes ${AB_SETTLE:-1} ${AB_PIN:+--pin-cpus} --out /tmp/ab > $OUT/ab.log 2>&1
 echo "ab rc=$?"; tail -12 $OUT/ab.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd /tmp/ab && tar czf $OUT/ab.tgz --exclude=triton_cache .)
