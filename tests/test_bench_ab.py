@@ -11,6 +11,19 @@ from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
 from test_e2e_runner import FakeServer
 
 
+def _question_file(tmp_path):
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return qfile
+
+
+def _compile_late_kernel(out_dir, server):
+    # what a Triton compile leaves in the server's cache directory, as the runner reads it
+    entry = out_dir / "logs" / "triton_cache" / server / "h1"
+    entry.mkdir(parents=True)
+    (entry / "late_kernel.json").write_text("{}")
+
+
 def test_pass_order_is_abba():
     assert ab.pass_order(3) == [(0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]
 
@@ -88,14 +101,11 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
         FakeServer.events.append(("pass", kw["parallel"]))
         calls.append(kw["parallel"])
         if len(calls) == 7:  # after 4 warm-up passes: round 0's B pass at parallel 2 "compiles" a kernel
-            entry = tmp_path / "ab" / "logs" / "triton_cache" / "pair0_B_on_p64" / "h1"
-            entry.mkdir(parents=True)
-            (entry / "late_kernel.json").write_text("{}")
+            _compile_late_kernel(tmp_path / "ab", "pair0_B_on_p64")
         return real(base_url, qs, **kw)
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    qfile = _question_file(tmp_path)
     p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
     res = ab.run_pairs([(p1, p64)], target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2,
                        parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile),
@@ -138,14 +148,11 @@ def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_nam
     def bench(base_url, qs, **kw):
         calls.append((base_url, kw["parallel"], len(qs)))
         if len(calls) == 3:  # no warm-up (warmup=0): B's settling pass at parallel 2 "compiles" a kernel
-            entry = tmp_path / "ab" / "logs" / "triton_cache" / "pair0_B_on_p64" / "h1"
-            entry.mkdir(parents=True)
-            (entry / "late_kernel.json").write_text("{}")
+            _compile_late_kernel(tmp_path / "ab", "pair0_B_on_p64")
         return real(base_url, qs, **kw)
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    qfile = _question_file(tmp_path)
     res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                        out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, parallel1_questions=1,
                        max_new_tokens=8, warmup=0, question_file=str(qfile))  # settle: 1 by default
@@ -175,8 +182,7 @@ def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatc
     FakeServer.started, FakeServer.events = [], []
     monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: (
         Broken if "pair1_" in kw["log_path"] else FakeServer)(args, base_url=url, **kw))
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    qfile = _question_file(tmp_path)
     cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
     res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
                        target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
@@ -227,8 +233,7 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
         return real(base_url, qs, **kw)
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    qfile = _question_file(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                      out_dir=str(tmp_path / "ab"), rounds=3, num_questions=1, parallel=1, max_new_tokens=8,
@@ -246,8 +251,7 @@ def test_pinned_runs_give_every_server_and_the_client_cpus_of_their_own(monkeypa
     pinned = []  # this process's masks, in order (recorded rather than applied to the test process)
     monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(16)))
     monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: pinned.append((pid, sorted(cpus))))
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    qfile = _question_file(tmp_path)
     cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
     res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
                        target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
