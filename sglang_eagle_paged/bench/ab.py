@@ -21,6 +21,7 @@ import json
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -149,21 +150,16 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
     # only round whose prompts were not yet in the radix cache, and the short warm-up mixes left
     # kernels to compile in it (runs 14 and 15: page 1's server compiled two of SGLang's kernels
     # in round 0, a slow pass that favoured page N). What compiles here is recorded, not hidden.
-    for _ in range(settle):
-        for side in ("A", "B"):
-            for par, qs in levels:
-                run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
-                if stopping.is_set():
-                    return
-                variants[side], compiled, _ = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
-                if compiled:
-
-                    def record(side=side, compiled=compiled):
-                        settled = pair.setdefault("settle_compiled", {}).setdefault(side, {})
-                        for name, n in compiled.items():
-                            settled[name] = settled.get(name, 0) + n
-
-                    save(record)
+    settled = {"A": Counter(), "B": Counter()}
+    for side in ("A", "B") * settle:
+        for par, qs in levels:
+            run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
+            if stopping.is_set():
+                return
+            variants[side], compiled, _ = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
+            settled[side].update(compiled or {})
+    if any(settled.values()):
+        save(lambda: pair.update(settle_compiled={side: dict(c) for side, c in settled.items() if c}))
     for rnd, side in pass_order(rounds):
         for par, qs in levels:
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
