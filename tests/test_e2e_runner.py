@@ -527,3 +527,16 @@ def test_our_counted_kernels_are_our_kernels():
             for name, obj in vars(importlib.import_module(f"{pkg.__name__}.{m.name}")).items()
             if name.endswith("_kernel") and hasattr(obj, "fn")}
     assert set(triton_cache.OUR_KERNELS) == ours
+
+
+def test_servers_log_at_warning_unless_the_call_asks_for_more(monkeypatch):
+    cfg = e2e.testbed_sets("fa3")["core"][1]
+
+    def level():
+        args = e2e.server_args(cfg, "T", "D", 30000, 4096, 0.5)
+        return args[args.index("--log-level") + 1]
+
+    monkeypatch.delenv(e2e.LOG_LEVEL_ENV, raising=False)
+    assert level() == "warning"
+    monkeypatch.setenv(e2e.LOG_LEVEL_ENV, "info")
+    assert level() == "info"

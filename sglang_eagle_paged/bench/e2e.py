@@ -9,6 +9,7 @@ file as they come, so a later failure loses nothing already measured.
 import glob
 import gzip
 import json
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -124,12 +125,18 @@ def large_set(backend: str = "fa3") -> list:
     ]
 
 
+# The benchmark servers log at WARNING so that SGLang's per-batch INFO lines cost nothing measured;
+# INFO (this variable) is for a call that wants the plugin's start-up line (mode, warm-up per part).
+LOG_LEVEL_ENV = "SGLANG_EAGLE_PAGED_BENCH_LOG_LEVEL"
+
+
 def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_tokens: int,
                 mem_fraction: float, load_format: str | None = None) -> list:
     # Piecewise CUDA graphs (prefill only) are off: their warm-up hit an illegal memory
     # access on the testbed model whose rope cache was shorter than the 8192-token warm-up
     # (measured 2026-11-30; the testbed now has 16384 positions, not re-verified yet).
-    common = ["--grammar-backend", "none", "--sampling-backend", "pytorch", "--log-level", "warning",
+    common = ["--grammar-backend", "none", "--sampling-backend", "pytorch",
+              "--log-level", os.environ.get(LOG_LEVEL_ENV, "warning"),
               "--cuda-graph-max-bs", "32", "--disable-piecewise-cuda-graph",
               # SGLang picks a free port for torch.distributed at start-up; with dozens of servers
               # starting together two picked the same one (run 3: EADDRINUSE). Ours, by server.
