@@ -279,3 +279,16 @@ def test_pass_spread_is_the_scatter_of_one_side_in_percent():
                            for r, (ta, tb) in enumerate([(100.0, 100.0), (120.0, 101.0)])
                            for side, t in (("A", ta), ("B", tb))])["16"]
     assert s["spread_A"] > 10 > s["spread_B"] > 0
+
+
+def test_a_probe_without_verify_rounds_still_gives_the_ratio():
+    # max_new_tokens 1 (the per-request cost probe: prefill, draft extend, finish) never verifies,
+    # so no pass has an acceptance or a latency fit; the throughput ratio is then requests per second.
+    passes = [dict(round=r, side=s, parallel=1, output_throughput=t, acceptance_length=None, errors=0)
+              for r, s, t in [(0, "A", 60.0), (0, "B", 54.0), (1, "B", 57.0), (1, "A", 60.0)]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["ratio"] == pytest.approx((0.9 * 0.95) ** 0.5, abs=1e-4) and s["acceptance_A"] is None
+    assert s["round_rate_ratio"] is None and "per_request_ms_A" not in s
+    md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
+                      "max_new_tokens": 1, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "| a | b | 1 | 60.0 | 55.5 |" in md
