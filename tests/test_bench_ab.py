@@ -292,3 +292,46 @@ def test_a_probe_without_verify_rounds_still_gives_the_ratio():
     md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
                       "max_new_tokens": 1, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
     assert "| a | b | 1 | 60.0 | 55.5 |" in md
+
+
+def test_swapped_cpus_alternate_by_round_and_each_pass_records_its_set(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    pids = iter(range(1000, 1100))
+
+    def server(args, **kw):
+        srv = FakeServer(args, base_url=url, **kw)
+        srv.proc = type("Proc", (), {"pid": next(pids)})()  # A 1000, B 1001, then 1002, ...
+        return srv
+
+    monkeypatch.setattr(e2e, "ServerProcess", server)
+    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(8)))
+    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: None)
+    placed = []
+    monkeypatch.setattr(ab.cpu_pinning, "repin_server",
+                        lambda pid, cpus, isolate_scheduler=False: placed.append((pid, list(cpus), isolate_scheduler)))
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    kw = dict(target="T", draft="D", rounds=3, num_questions=1, parallel=1, max_new_tokens=8, warmup=0,
+              question_file=str(_question_file(tmp_path)), settle=0, pin_cpus=True)
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab"), swap_cpus=True,
+                       isolate_scheduler=True, **kw)
+    a_set, b_set = [0, 1, 2], [3, 4, 5]
+    # placed before round 0, then again at each new round, sets exchanged on odd rounds
+    assert placed == [(1000, a_set, True), (1001, b_set, True), (1000, b_set, True), (1001, a_set, True),
+                      (1000, a_set, True), (1001, b_set, True)]
+    passes = res["pairs"]["on_p1:on_p64#0"]["passes"]
+    assert [(p["round"], p["side"], p["cpus"]) for p in passes] == [
+        (0, "A", a_set), (0, "B", b_set), (1, "B", a_set), (1, "A", b_set), (2, "A", a_set), (2, "B", b_set)]
+    md = ab.markdown(res)
+    assert "exchanged every round (`--swap-cpus`)" in md and "(`--isolate-scheduler`)" in md
+    # isolation alone places once; neither option touches a running server, or records a set
+    placed.clear()
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab2"), isolate_scheduler=True,
+                       **kw)
+    assert placed == [(1002, a_set, True), (1003, b_set, True)]
+    placed.clear()
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab3"), **kw)
+    assert placed == [] and all("cpus" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"])
+    with pytest.raises(ValueError, match="need pin_cpus"):
+        ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab4"),
+                     **{**kw, "pin_cpus": False, "swap_cpus": True})

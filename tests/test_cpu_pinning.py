@@ -45,3 +45,46 @@ def test_a_pinned_server_and_the_children_it_starts_later_run_on_its_cpus(tmp_pa
         srv.stop()
     out = (tmp_path / "s.log").read_text().splitlines()[-1]
     assert out == f"{mine[:1]} {mine[:1]}"
+
+
+# A server's session in miniature: a leader (SGLang's HTTP process) and a child titled as SGLang
+# titles its scheduler, each with a second thread, so per-thread masks can be read back.
+_SCHEDULER = ("import threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+              "print('ready', flush=True); time.sleep(60)")
+_LEADER = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+           f"c = subprocess.Popen(['sglang::scheduler_TP0', '-c', {_SCHEDULER!r}], executable=sys.executable, "
+           "stdout=subprocess.PIPE, text=True); c.stdout.readline(); print(c.pid, flush=True); time.sleep(60)")
+
+
+def _masks(pid):
+    return {int(t): sorted(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 CPUs")
+def test_repin_moves_every_thread_of_the_session_and_can_give_the_scheduler_a_cpu_alone():
+    import subprocess
+
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    leader = subprocess.Popen([sys.executable, "-c", _LEADER], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        scheduler = int(leader.stdout.readline())
+        assert cpu_pinning.session_pids(leader.pid) == sorted([leader.pid, scheduler])
+        moved = cpu_pinning.repin_server(leader.pid, [first, second], isolate_scheduler=True)
+        assert moved[scheduler].startswith("sglang::scheduler") and set(moved) == {leader.pid, scheduler}
+        sched = _masks(scheduler)
+        assert sched.pop(scheduler) == [first]  # the event loop, alone
+        assert list(sched.values()) == [[second]]  # its other thread
+        assert set(map(tuple, _masks(leader.pid).values())) == {(second,)}
+        # without isolation every thread gets the whole set; a set of one cannot isolate anything
+        cpu_pinning.repin_server(leader.pid, [first, second])
+        assert all(m == [first, second] for p in (leader.pid, scheduler) for m in _masks(p).values())
+        cpu_pinning.repin_server(leader.pid, [second], isolate_scheduler=True)
+        assert all(m == [second] for p in (leader.pid, scheduler) for m in _masks(p).values())
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()
+
+
+def test_repin_of_a_session_that_is_gone_moves_nothing():
+    assert cpu_pinning.repin_server(2 ** 22 + 12345, [0]) == {}

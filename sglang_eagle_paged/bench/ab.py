@@ -137,10 +137,29 @@ def summarize_pair(passes: list) -> dict:
     return out
 
 
+def _place(servers: dict, rnd: int, swap: bool, isolate: bool) -> dict | None:
+    """Each side's CPUs for round ``rnd`` (:func:`cpu_pinning.repin_server`): with ``swap`` the two
+    sides exchange their sets every round, so over an even number of ABBA rounds each ran as long
+    on either set. None when the servers are not pinned or nothing is asked."""
+    sets = {side: getattr(servers[side], "cpus", None) for side in ("A", "B")}
+    if not (swap or isolate) or not all(sets.values()):
+        return None
+    if swap and rnd % 2:
+        sets = {"A": sets["B"], "B": sets["A"]}
+    for side, cpus in sets.items():
+        proc = getattr(servers[side], "proc", None)
+        if proc is not None:
+            cpu_pinning.repin_server(proc.pid, cpus, isolate_scheduler=isolate)
+    return sets
+
+
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, rounds: int, settle: int, bench_kw: dict, save,
-                  stopping: threading.Event, cache_dirs: dict | None = None) -> None:
+                  stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
+                  isolate_scheduler: bool = False) -> None:
     cache_dirs = cache_dirs or {}
+    # Every process of both servers exists by now (they answered /health): place them for round 0.
+    placed = _place(servers, 0, swap_cpus, isolate_scheduler)
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
@@ -160,14 +179,20 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             settled[side].update(compiled or {})
     if any(settled.values()):
         save(lambda: pair.update(settle_compiled={side: dict(c) for side, c in settled.items() if c}))
+    placed_round = 0
     for rnd, side in pass_order(rounds):
+        if swap_cpus and placed is not None and rnd != placed_round:
+            placed, placed_round = _place(servers, rnd, swap_cpus, isolate_scheduler), rnd
         for par, qs in levels:
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
             variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
+            rec = _pass_record(bench, side, rnd, par, compiled, signatures)
+            if placed is not None:
+                rec["cpus"] = placed[side]
 
-            def record(rec=_pass_record(bench, side, rnd, par, compiled, signatures)):
+            def record(rec=rec):
                 pair["passes"].append(rec)
                 pair["summary"] = summarize_pair(pair["passes"])
 
@@ -219,12 +244,14 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
-              pin_cpus: bool = False, settle: int = 1) -> dict:
+              pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
+              isolate_scheduler: bool = False) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
     ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
-    (:mod:`.cpu_pinning`). ``settle`` passes of the measured workload per side and parallelism
+    (:mod:`.cpu_pinning`); with it, ``swap_cpus`` exchanges the two sides' sets every round and
+    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``settle`` passes of the measured workload per side and parallelism
     run before round 0 and are not counted. Results go to ``out_dir/ab.json`` after every pass.
     """
     out = Path(out_dir)
@@ -233,9 +260,11 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     questions = all_questions[:num_questions]
     warmup_questions = _warmup_questions(all_questions, warmup)
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
+    if (swap_cpus or isolate_scheduler) and not pin_cpus:
+        raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
     results = {"rounds": rounds, "parallel": parallel, "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
-               "pairs": {}}
+               "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "pairs": {}}
     lock = threading.Lock()
 
     def save(update=None):
@@ -258,7 +287,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                           startup_timeout=startup_timeout, triton_seeds=triton_seeds, questions=questions,
                           warmup_questions=warmup_questions, parallel=parallel,
                           parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
-                          bench_kw=bench_kw)
+                          bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler)
     finally:
         if pin_cpus:
             cpu_pinning.pin(0, own_cpus)
@@ -325,7 +354,11 @@ def markdown(results: dict) -> str:
     if pinning:
         lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(
             f"client {_cpu_list(p['client'])}, servers " + ", ".join(_cpu_list(c) for c in p["servers"])
-            for p in pinning)]
+            for p in pinning) + "".join(
+            text for key, text in (("swap_cpus", "; the two sides' sets exchanged every round (`--swap-cpus`)"),
+                                   ("isolate_scheduler", "; each scheduler thread on the first CPU of its "
+                                                         "server's set, alone (`--isolate-scheduler`)"))
+            if results.get(key))]
     return "\n".join(lines) + "\n"
 
 
@@ -404,6 +437,10 @@ def main(argv=None) -> int:
                    help="uncounted passes of the measured workload per side and parallelism before round 0")
     p.add_argument("--pin-cpus", action="store_true",
                    help="give each server and the client CPUs of their own (bench/cpu_pinning.py)")
+    p.add_argument("--swap-cpus", action="store_true",
+                   help="with --pin-cpus: the two sides exchange their CPU sets every round")
+    p.add_argument("--isolate-scheduler", action="store_true",
+                   help="with --pin-cpus: each server's scheduler thread gets a CPU of its own")
     a = p.parse_args(argv)
     configs = configs_of(a)
     try:
@@ -414,7 +451,8 @@ def main(argv=None) -> int:
                             mem_fraction=a.mem_fraction, load_format=a.load_format, gpus=a.gpus,
                             question_file=a.question_file,
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
-                            pin_cpus=a.pin_cpus, settle=a.settle_passes)
+                            pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
+                            isolate_scheduler=a.isolate_scheduler)
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():

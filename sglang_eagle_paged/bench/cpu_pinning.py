@@ -8,6 +8,13 @@ event loop all share the host, and the kernel is free to stack them on one CPU o
 mid-pass. Pinning each server (all its processes: children inherit the mask) and the client
 to CPUs of their own takes that placement out of the comparison; both sides get sets of the
 same size.
+
+Two refinements, for a server that is already up (:func:`repin_server`): its CPU set can be
+exchanged with the other side's between rounds (``bench.ab --swap-cpus``), so that neither side
+keeps the CPUs an idle kernel thread or an interrupt happens to favour; and the scheduler's event
+loop, the thread a host-bound server waits on, can have a CPU to itself (``--isolate-scheduler``)
+instead of sharing one with the HTTP server, the detokenizer or torch's worker threads whenever
+the kernel stacks them.
 """
 
 import os
@@ -34,3 +41,64 @@ def pin(pid: int, cpus: Sequence[int]) -> None:
 
 def available() -> list:
     return sorted(os.sched_getaffinity(0))
+
+
+# SGLang names its scheduler process so (``setproctitle`` in ``scheduler.py``), one per TP rank.
+SCHEDULER_TITLE = "sglang::scheduler"
+
+
+def _session(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces and parentheses: fields count from the last ")"
+            return int(f.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def session_pids(sid: int) -> list:
+    """Every live process of session ``sid``: a server started with ``start_new_session`` is the
+    leader of its own, and its scheduler and detokenizer processes stay in it."""
+    return sorted(int(d) for d in os.listdir("/proc") if d.isdigit() and _session(int(d)) == sid)
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _pin_threads(pid: int, cpus) -> None:
+    # A process's mask is per thread: sched_setaffinity(pid) moves its main thread alone.
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return  # gone meanwhile
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, set(cpus))
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def repin_server(pid: int, cpus: Sequence[int], isolate_scheduler: bool = False) -> dict:
+    """Move every thread of server ``pid``'s session to ``cpus``; with ``isolate_scheduler`` (and at
+    least two CPUs) the schedulers' main threads get ``cpus[0]`` and everything else the rest.
+    Returns ``{pid: title}`` of the processes moved, the schedulers among them named."""
+    cpus = sorted(cpus)
+    isolate = isolate_scheduler and len(cpus) >= 2
+    rest = cpus[1:] if isolate else cpus
+    moved = {}
+    for p in session_pids(pid):
+        title = _title(p)
+        _pin_threads(p, rest)
+        if isolate and title.startswith(SCHEDULER_TITLE):
+            try:
+                os.sched_setaffinity(p, {cpus[0]})  # the main thread: the event loop
+            except OSError:
+                pass
+        moved[p] = title
+    return moved
+
