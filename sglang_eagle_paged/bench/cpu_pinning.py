@@ -62,7 +62,8 @@ def session_pids(sid: int) -> list:
     return sorted(int(d) for d in os.listdir("/proc") if d.isdigit() and _session(int(d)) == sid)
 
 
-def _title(pid: int) -> str:
+def process_title(pid: int) -> str:
+    """The first word of the command line: SGLang's processes set it to their role (``setproctitle``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().split(b"\0", 1)[0].decode(errors="replace")
@@ -92,7 +93,7 @@ def repin_server(pid: int, cpus: Sequence[int], isolate_scheduler: bool = False)
     rest = cpus[1:] if isolate else cpus
     moved = {}
     for p in session_pids(pid):
-        title = _title(p)
+        title = process_title(p)
         _pin_threads(p, rest)
         if isolate and title.startswith(SCHEDULER_TITLE):
             try:
