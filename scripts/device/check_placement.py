@@ -6,12 +6,15 @@ to start, no FA3 needed) pinned to a CPU set, then re-pins it as ``--isolate-sch
 the server's session with its title, threads and the masks read back from the kernel. A request
 before and after the moves checks that the server still answers.
 
-    python3 scripts/device/check_placement.py --out $OUT/placement
+    timeout 240 python3 scripts/device/check_placement.py --out $OUT/placement
+
+Run 16 tried it in the last 110 s of its device time: the server had not answered /health by then.
 """
 
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -45,6 +48,10 @@ def ask(server: ServerProcess) -> str:
     return f"{r.status_code}: {r.json().get('meta_info', {}).get('completion_tokens')} tokens"
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -56,9 +63,12 @@ def main() -> int:
     first, second = cpus["servers"]
     args = ["--model-path", a.model, "--load-format", "dummy", "--attention-backend", "triton",
             "--page-size", "1", "--mem-fraction-static", "0.2", "--disable-cuda-graph",
-            "--disable-piecewise-cuda-graph", "--log-level", "warning", "--port", "30700"]
+            "--disable-piecewise-cuda-graph", "--grammar-backend", "none", "--sampling-backend", "pytorch",
+            "--log-level", "warning", "--port", "30700"]
     server = ServerProcess(args, port=30700, log_path=out / "server.log", startup_timeout=300, cpus=first)
     record = {"sets": cpus}
+    # `timeout` sends SIGTERM: stop the server and keep what was found (run 16's call 12 lost it).
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         server.start().wait_ready()
         record["before"] = {"processes": snapshot(server.proc.pid), "request": ask(server)}
@@ -66,11 +76,11 @@ def main() -> int:
                               "processes": snapshot(server.proc.pid), "request": ask(server)}
         record["swapped"] = {"moved": cpu_pinning.repin_server(server.proc.pid, second, isolate_scheduler=True),
                              "processes": snapshot(server.proc.pid), "request": ask(server)}
-    except Exception as exc:  # the record says how far it got
+    except (Exception, KeyboardInterrupt) as exc:  # the record says how far it got
         record["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     finally:
         server.stop()
-    (out / "placement.json").write_text(json.dumps(record, indent=1, default=str))
+        (out / "placement.json").write_text(json.dumps(record, indent=1, default=str))
     schedulers = [p for p in record.get("isolated", {}).get("processes", [])
                   if p["title"].startswith(cpu_pinning.SCHEDULER_TITLE)]
     print(json.dumps({"error": record.get("error"), "schedulers": schedulers,
