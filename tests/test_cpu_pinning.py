@@ -47,28 +47,42 @@ def test_a_pinned_server_and_the_children_it_starts_later_run_on_its_cpus(tmp_pa
     assert out == f"{mine[:1]} {mine[:1]}"
 
 
-# A server's session in miniature: a leader (SGLang's HTTP process) and a child titled as SGLang
-# titles its scheduler, each with a second thread, so per-thread masks can be read back.
+# A server's session in miniature: a leader (SGLang's HTTP process) and children titled as SGLang
+# titles its schedulers (one per TP rank), each process with a second thread, so per-thread masks
+# can be read back.
 _SCHEDULER = ("import threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
               "print('ready', flush=True); time.sleep(60)")
-_LEADER = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
-           f"c = subprocess.Popen(['sglang::scheduler_TP0', '-c', {_SCHEDULER!r}], executable=sys.executable, "
-           "stdout=subprocess.PIPE, text=True); c.stdout.readline(); print(c.pid, flush=True); time.sleep(60)")
+
+
+def _leader(schedulers: int) -> str:
+    return ("import subprocess, sys, threading, time; "
+            "threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+            f"cs = [subprocess.Popen([f'sglang::scheduler_TP{{i}}', '-c', {_SCHEDULER!r}], executable=sys.executable, "
+            f"stdout=subprocess.PIPE, text=True) for i in range({schedulers})]; "
+            "[c.stdout.readline() for c in cs]; print(' '.join(str(c.pid) for c in cs), flush=True); time.sleep(60)")
 
 
 def _masks(pid):
     return {int(t): sorted(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc") or len(os.sched_getaffinity(0)) < 2, reason="needs Linux and 2 CPUs")
-def test_repin_moves_every_thread_of_the_session_and_can_give_the_scheduler_a_cpu_alone():
+def _session(schedulers: int):
     import subprocess
 
-    first, second = sorted(os.sched_getaffinity(0))[:2]
-    leader = subprocess.Popen([sys.executable, "-c", _LEADER], stdout=subprocess.PIPE, text=True,
+    leader = subprocess.Popen([sys.executable, "-c", _leader(schedulers)], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
+    return leader, [int(p) for p in leader.stdout.readline().split()]
+
+
+linux_2cpus = pytest.mark.skipif(not os.path.isdir("/proc") or len(os.sched_getaffinity(0)) < 2,
+                                 reason="needs Linux and 2 CPUs")
+
+
+@linux_2cpus
+def test_repin_moves_every_thread_of_the_session_and_can_give_the_scheduler_a_cpu_alone():
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    leader, (scheduler,) = _session(1)
     try:
-        scheduler = int(leader.stdout.readline())
         assert cpu_pinning.session_pids(leader.pid) == sorted([leader.pid, scheduler])
         moved = cpu_pinning.repin_server(leader.pid, [first, second], isolate_scheduler=True)
         assert moved[scheduler].startswith("sglang::scheduler") and set(moved) == {leader.pid, scheduler}
@@ -81,6 +95,22 @@ def test_repin_moves_every_thread_of_the_session_and_can_give_the_scheduler_a_cp
         assert all(m == [first, second] for p in (leader.pid, scheduler) for m in _masks(p).values())
         cpu_pinning.repin_server(leader.pid, [second], isolate_scheduler=True)
         assert all(m == [second] for p in (leader.pid, scheduler) for m in _masks(p).values())
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()
+
+
+@linux_2cpus
+def test_each_tp_rank_scheduler_gets_its_own_cpu_only_if_one_is_left_for_the_rest():
+    mine = sorted(os.sched_getaffinity(0))
+    leader, schedulers = _session(2)
+    try:
+        cpu_pinning.repin_server(leader.pid, mine[:2], isolate_scheduler=True)  # 2 CPUs, 2 schedulers: none isolated
+        assert all(m == mine[:2] for p in (leader.pid, *schedulers) for m in _masks(p).values())
+        if len(mine) >= 3:
+            cpu_pinning.repin_server(leader.pid, mine[:3], isolate_scheduler=True)
+            assert [_masks(p)[p] for p in schedulers] == [[mine[0]], [mine[1]]]
+            assert set(map(tuple, _masks(leader.pid).values())) == {(mine[2],)}
     finally:
         os.killpg(leader.pid, 9)
         leader.wait()

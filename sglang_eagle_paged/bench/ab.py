@@ -251,8 +251,9 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
     ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
     (:mod:`.cpu_pinning`); with it, ``swap_cpus`` exchanges the two sides' sets every round and
-    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``settle`` passes of the measured workload per side and parallelism
-    run before round 0 and are not counted. Results go to ``out_dir/ab.json`` after every pass.
+    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``settle`` passes
+    of the measured workload per side and parallelism run before round 0 and are not counted.
+    Results go to ``out_dir/ab.json`` after every pass.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -356,8 +357,8 @@ def markdown(results: dict) -> str:
             f"client {_cpu_list(p['client'])}, servers " + ", ".join(_cpu_list(c) for c in p["servers"])
             for p in pinning) + "".join(
             text for key, text in (("swap_cpus", "; the two sides' sets exchanged every round (`--swap-cpus`)"),
-                                   ("isolate_scheduler", "; each scheduler thread on the first CPU of its "
-                                                         "server's set, alone (`--isolate-scheduler`)"))
+                                   ("isolate_scheduler", "; each scheduler thread on a CPU of its "
+                                                         "server's set alone (`--isolate-scheduler`)"))
             if results.get(key))]
     return "\n".join(lines) + "\n"
 

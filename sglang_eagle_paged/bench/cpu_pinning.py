@@ -85,21 +85,20 @@ def _pin_threads(pid: int, cpus) -> None:
 
 
 def repin_server(pid: int, cpus: Sequence[int], isolate_scheduler: bool = False) -> dict:
-    """Move every thread of server ``pid``'s session to ``cpus``; with ``isolate_scheduler`` (and at
-    least two CPUs) the schedulers' main threads get ``cpus[0]`` and everything else the rest.
-    Returns ``{pid: title}`` of the processes moved, the schedulers among them named."""
+    """Move every thread of server ``pid``'s session to ``cpus``. With ``isolate_scheduler`` each
+    scheduler's main thread (one per TP rank) gets a CPU of ``cpus`` alone and every other thread
+    the CPUs left, when at least one is left. Returns ``{pid: title}`` of the processes moved."""
     cpus = sorted(cpus)
-    isolate = isolate_scheduler and len(cpus) >= 2
-    rest = cpus[1:] if isolate else cpus
-    moved = {}
-    for p in session_pids(pid):
-        title = process_title(p)
+    titles = {p: process_title(p) for p in session_pids(pid)}
+    schedulers = sorted(p for p, t in titles.items() if t.startswith(SCHEDULER_TITLE)) if isolate_scheduler else []
+    if len(schedulers) >= len(cpus):
+        schedulers = []  # no CPU would be left for the rest: isolation would starve it
+    rest = cpus[len(schedulers):]
+    for p in titles:
         _pin_threads(p, rest)
-        if isolate and title.startswith(SCHEDULER_TITLE):
-            try:
-                os.sched_setaffinity(p, {cpus[0]})  # the main thread: the event loop
-            except OSError:
-                pass
-        moved[p] = title
-    return moved
-
+    for p, cpu in zip(schedulers, cpus):
+        try:
+            os.sched_setaffinity(p, {cpu})  # the main thread: the event loop
+        except OSError:  # ended meanwhile
+            pass
+    return titles
