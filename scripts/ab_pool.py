@@ -12,16 +12,22 @@ package builds:
   (``bench.ab.ratio_stats``). Narrow, but it ignores differences between recordings.
 - **recordings as units**: one geometric-mean ratio per recording, with a t-interval over
   recordings. Wide with few recordings, but honest when the machine changes between them.
+
+``--fits`` adds, per pair, the parallel-1 latency fits (``latency_fit`` of each pass: latency =
+per request + per round x rounds) as B minus A within each round, with their mean, a 95%
+t-interval over the paired passes, and the correlation of the two differences: near -1 the fit
+cannot tell a per-request cost from a per-round one (the round counts vary too little).
 """
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_eagle_paged.bench.ab import ratio_stats  # noqa: E402
+from sglang_eagle_paged.bench.ab import ratio_stats, t95  # noqa: E402
 
 
 def pair_rounds(paths: list) -> dict:
@@ -49,6 +55,57 @@ def pool(groups: dict) -> list:
     return rows
 
 
+def _mean_interval(xs: list) -> dict:
+    mean = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return {"n": len(xs), "mean": mean, "low": None, "high": None}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    half = t95(len(xs) - 1) * sd / math.sqrt(len(xs))
+    return {"n": len(xs), "mean": mean, "low": mean - half, "high": mean + half}
+
+
+def _correlation(xs: list, ys: list) -> float | None:
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else None
+
+
+def fit_differences(paths: list) -> list:
+    """Per pair (A and B names): the parallel-1 latency fits' B minus A within each round, pooled
+    over the recordings; ``per_request_ms`` and ``per_round_ms`` with 95% t-intervals."""
+    groups = {}
+    for path in paths:
+        for pair in json.loads(Path(path).read_text())["pairs"].values():
+            fits = {(p["round"], p["side"]): p["latency_fit"] for p in pair.get("passes", [])
+                    if p.get("parallel") == 1 and p.get("latency_fit") and not p.get("errors")}
+            diffs = [{k: fits[r, "B"][k] - fits[r, "A"][k] for k in ("per_request_ms", "per_round_ms")}
+                     for r in sorted({r for r, _ in fits}) if (r, "A") in fits and (r, "B") in fits]
+            if diffs:
+                groups.setdefault((pair["A"]["name"], pair["B"]["name"]), []).extend(diffs)
+    rows = []
+    for (a, b), diffs in sorted(groups.items()):
+        req, rnd = [d["per_request_ms"] for d in diffs], [d["per_round_ms"] for d in diffs]
+        rows.append({"A": a, "B": b, "passes": len(diffs), "per_request_ms": _mean_interval(req),
+                     "per_round_ms": _mean_interval(rnd), "correlation": _correlation(req, rnd)})
+    return rows
+
+
+def fits_markdown(rows: list) -> str:
+    def cell(s: dict, digits: int) -> str:
+        if s["low"] is None:
+            return f"{s['mean']:+.{digits}f}"
+        return f"{s['mean']:+.{digits}f} ({s['low']:+.{digits}f} to {s['high']:+.{digits}f})"
+
+    lines = ["| A | B | paired passes | per request ms, B - A (95%) | per round ms, B - A (95%) | correlation |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        corr = "-" if r["correlation"] is None else f"{r['correlation']:.2f}"
+        lines.append(f"| {r['A']} | {r['B']} | {r['passes']} | {cell(r['per_request_ms'], 1)} | "
+                     f"{cell(r['per_round_ms'], 3)} | {corr} |")
+    return "\n".join(lines) + "\n"
+
+
 def _interval(s: dict) -> str:
     if s["ratio"] is None:
         return "not measured"
@@ -72,11 +129,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="+", help="ab.json files")
     ap.add_argument("--json", help="also write the pooled rows here")
+    ap.add_argument("--fits", action="store_true", help="also the parallel-1 latency fits, B minus A")
     args = ap.parse_args(argv)
     rows = pool(pair_rounds(args.paths))
+    fits = fit_differences(args.paths) if args.fits else None
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps({"pooled": rows, "fits": fits} if args.fits else rows, indent=1))
     print(markdown(rows), end="")
+    if fits:
+        print("\n" + fits_markdown(fits), end="")
     return 0
 
 

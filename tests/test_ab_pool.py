@@ -57,3 +57,46 @@ def test_the_committed_runs_give_the_pooled_numbers_their_readme_states():
     rows = {r["parallel"]: r["rounds_pooled"] for r in mod.pool(mod.pair_rounds(paths))}
     assert (rows[16]["ratio"], rows[16]["low"], rows[16]["high"]) == pytest.approx((0.9618, 0.9027, 1.0248))
     assert (rows[1]["ratio"], rows[1]["low"], rows[1]["high"]) == pytest.approx((0.9698, 0.9361, 1.0048))
+
+
+def _fit_recording(path, diffs):
+    # one pass per side and round at parallel 1; B - A per round given by ``diffs``
+    passes = []
+    for r, (d_req, d_rnd) in enumerate(diffs):
+        for side, req, rnd in (("A", 10.0, 4.0), ("B", 10.0 + d_req, 4.0 + d_rnd)):
+            passes.append({"round": r, "side": side, "parallel": 1, "errors": 0,
+                           "latency_fit": {"per_request_ms": req, "per_round_ms": rnd}})
+    passes.append({"round": 9, "side": "A", "parallel": 1, "errors": 0,  # no B in round 9: not paired
+                   "latency_fit": {"per_request_ms": 99.0, "per_round_ms": 9.0}})
+    rec = {"pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"}, "passes": passes, "summary": {}}}}
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def test_fit_differences_pair_passes_by_round_and_pool_the_recordings(tmp_path):
+    mod = _load()
+    one = _fit_recording(tmp_path / "1.json", [(10.0, -0.1), (20.0, -0.2)])
+    two = _fit_recording(tmp_path / "2.json", [(30.0, -0.3)])
+    (row,) = mod.fit_differences([one, two])
+    assert (row["A"], row["B"], row["passes"]) == ("on_p1", "on_p64", 3)
+    assert row["per_request_ms"]["mean"] == pytest.approx(20.0)
+    assert row["per_round_ms"]["mean"] == pytest.approx(-0.2)
+    assert row["per_request_ms"]["low"] < 20.0 < row["per_request_ms"]["high"]
+    assert row["correlation"] == pytest.approx(-1.0)  # the differences trade off exactly here
+    assert "| on_p1 | on_p64 | 3 | +20.0 (" in mod.fits_markdown([row])
+
+
+def test_the_committed_runs_give_the_fit_differences_run_16_states():
+    mod = _load()
+    results = ROOT / "bench" / "results"
+    paths = [results / f"2026-11-30-h200-run13/ab_testbed_p64_{x}/ab.json" for x in "abc"]
+    paths += [results / f"2026-12-01-h200-run14/ab_testbed_p64_{x}/ab.json" for x in "ab"]
+    paths += [results / f"2026-12-01-h200-run16/ab_p64_{x}/ab.json" for x in "ab"]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    (row,) = mod.fit_differences(paths)
+    assert row["passes"] == 86 and row["correlation"] == pytest.approx(-0.87, abs=0.005)
+    assert (row["per_round_ms"]["mean"], row["per_round_ms"]["low"], row["per_round_ms"]["high"]) == pytest.approx(
+        (0.005, -0.190, 0.200), abs=0.0015)
+    assert (row["per_request_ms"]["mean"], row["per_request_ms"]["low"], row["per_request_ms"]["high"]) == \
+        pytest.approx((15.9, -1.6, 33.4), abs=0.06)
