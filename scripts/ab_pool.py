@@ -22,6 +22,7 @@ cannot tell a per-request cost from a per-round one (the round counts vary too l
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -56,19 +57,18 @@ def pool(groups: dict) -> list:
 
 
 def _mean_interval(xs: list) -> dict:
-    mean = sum(xs) / len(xs)
+    mean = statistics.fmean(xs)
     if len(xs) < 2:
         return {"n": len(xs), "mean": mean, "low": None, "high": None}
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
-    half = t95(len(xs) - 1) * sd / math.sqrt(len(xs))
+    half = t95(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
     return {"n": len(xs), "mean": mean, "low": mean - half, "high": mean + half}
 
 
 def _correlation(xs: list, ys: list) -> float | None:
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    return sxy / math.sqrt(sxx * syy) if sxx and syy else None
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:  # fewer than two pairs, or one side constant
+        return None
 
 
 def fit_differences(paths: list) -> list:

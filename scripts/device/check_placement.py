@@ -35,9 +35,12 @@ def _threads(pid: int) -> dict:
 
 
 def snapshot(leader: int) -> list:
-    return [{"pid": p, "title": cpu_pinning.process_title(p), "main_thread": _threads(p).get(p),
-             "other_threads": sorted({tuple(m) for t, m in _threads(p).items() if t != p})}
-            for p in cpu_pinning.session_pids(leader)]
+    rows = []
+    for p in cpu_pinning.session_pids(leader):
+        masks = _threads(p)
+        rows.append({"pid": p, "title": cpu_pinning.process_title(p), "main_thread": masks.pop(p, None),
+                     "other_threads": sorted({tuple(m) for m in masks.values()})})
+    return rows
 
 
 def ask(server: ServerProcess) -> str:
