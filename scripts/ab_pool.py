@@ -17,6 +17,10 @@ package builds:
 per request + per round x rounds) as B minus A within each round, with their mean, a 95%
 t-interval over the paired passes, and the correlation of the two differences: near -1 the fit
 cannot tell a per-request cost from a per-round one (the round counts vary too little).
+
+``--probe`` adds, per pair, the per-request time of one-token recordings (``max_new_tokens`` 1,
+``call_ab.sh``'s ``MAX_NEW=1``) at parallel 1 as B minus A within each round: the per-request
+cost measured directly, without the fits' trade-off.
 """
 
 import argparse
@@ -32,24 +36,26 @@ from sglang_eagle_paged.bench.ab import ratio_stats, t95  # noqa: E402
 
 
 def pair_rounds(paths: list) -> dict:
-    """{(A name, B name, parallel): [(path, per-round ratios), ...]}, in the order of ``paths``."""
+    """{(A name, B name, output tokens, parallel): [(path, per-round ratios), ...]}, in the order of
+    ``paths``. The output length is part of the key: a one-token probe is another workload."""
     groups = {}
     for path in paths:
         rec = json.loads(Path(path).read_text())
         for pair in rec["pairs"].values():
             for parallel, summary in pair["summary"].items():
                 if summary.get("ratios"):
-                    key = (pair["A"]["name"], pair["B"]["name"], int(parallel))
+                    key = (pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel))
                     groups.setdefault(key, []).append((str(path), summary["ratios"]))
     return groups
 
 
 def pool(groups: dict) -> list:
     rows = []
-    for (a, b, parallel), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])):
+    for (a, b, tokens, parallel), recs in sorted(groups.items(),
+                                                 key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0, -kv[0][3])):
         everything = [r for _, ratios in recs for r in ratios]
         units = [ratio_stats([1.0] * len(ratios), ratios)["ratio"] for _, ratios in recs]
-        rows.append({"A": a, "B": b, "parallel": parallel, "recordings": [p for p, _ in recs],
+        rows.append({"A": a, "B": b, "tokens": tokens, "parallel": parallel, "recordings": [p for p, _ in recs],
                      "per_recording": units,
                      "rounds_pooled": ratio_stats([1.0] * len(everything), everything),
                      "recordings_as_units": ratio_stats([1.0] * len(units), units)})
@@ -91,6 +97,35 @@ def fit_differences(paths: list) -> list:
     return rows
 
 
+def probe_differences(paths: list) -> list:
+    """Per pair: the per-request time of one-token recordings (the probe, ``MAX_NEW=1``), B minus A
+    within each round at parallel 1, pooled, with a 95% t-interval. One request at a time and one
+    output token each, so a pass's milliseconds per request are 1000 over its output tokens per
+    second: admission, prefill, draft extend, finish and the client's round trip, no verify round."""
+    groups = {}
+    for path in paths:
+        rec = json.loads(Path(path).read_text())
+        if rec.get("max_new_tokens") != 1:
+            continue
+        for pair in rec["pairs"].values():
+            ms = {(p["round"], p["side"]): 1000.0 / p["output_throughput"] for p in pair.get("passes", [])
+                  if p.get("parallel") == 1 and p.get("output_throughput") and not p.get("errors")}
+            diffs = [ms[r, "B"] - ms[r, "A"] for r in sorted({r for r, _ in ms}) if (r, "A") in ms and (r, "B") in ms]
+            if diffs:
+                groups.setdefault((pair["A"]["name"], pair["B"]["name"]), []).extend(diffs)
+    return [{"A": a, "B": b, "per_request_ms": _mean_interval(d)} for (a, b), d in sorted(groups.items())]
+
+
+def probe_markdown(rows: list) -> str:
+    lines = ["| A | B | paired passes (one token per request, parallel 1) | per request ms, B - A (95%) |",
+             "|---|---|---|---|"]
+    for r in rows:
+        s = r["per_request_ms"]
+        span = "" if s["low"] is None else f" ({s['low']:+.2f} to {s['high']:+.2f})"
+        lines.append(f"| {r['A']} | {r['B']} | {s['n']} | {s['mean']:+.2f}{span} |")
+    return "\n".join(lines) + "\n"
+
+
 def fits_markdown(rows: list) -> str:
     def cell(s: dict, digits: int) -> str:
         if s["low"] is None:
@@ -114,12 +149,12 @@ def _interval(s: dict) -> str:
 
 
 def markdown(rows: list) -> str:
-    lines = ["| A | B | parallel | recordings | per recording | rounds pooled | 95% (rounds) | "
+    lines = ["| A | B | tokens | parallel | recordings | per recording | rounds pooled | 95% (rounds) | "
              "recordings as units, 95% |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s, u = r["rounds_pooled"], r["recordings_as_units"]
-        lines.append(f"| {r['A']} | {r['B']} | {r['parallel']} | {len(r['recordings'])} | "
+        lines.append(f"| {r['A']} | {r['B']} | {r.get('tokens') or '-'} | {r['parallel']} | {len(r['recordings'])} | "
                      f"{', '.join(f'{x:.3f}' for x in r['per_recording'])} | {s['rounds']} rounds | "
                      f"{_interval(s)} | {_interval(u)} |")
     return "\n".join(lines) + "\n"
@@ -130,14 +165,20 @@ def main(argv=None) -> int:
     ap.add_argument("paths", nargs="+", help="ab.json files")
     ap.add_argument("--json", help="also write the pooled rows here")
     ap.add_argument("--fits", action="store_true", help="also the parallel-1 latency fits, B minus A")
+    ap.add_argument("--probe", action="store_true",
+                    help="also the per-request time of one-token recordings at parallel 1, B minus A")
     args = ap.parse_args(argv)
     rows = pool(pair_rounds(args.paths))
     fits = fit_differences(args.paths) if args.fits else None
+    probe = probe_differences(args.paths) if args.probe else None
     if args.json:
-        Path(args.json).write_text(json.dumps({"pooled": rows, "fits": fits} if args.fits else rows, indent=1))
+        extra = {k: v for k, v in (("fits", fits), ("probe", probe)) if v is not None}
+        Path(args.json).write_text(json.dumps({"pooled": rows, **extra} if extra else rows, indent=1))
     print(markdown(rows), end="")
     if fits:
         print("\n" + fits_markdown(fits), end="")
+    if probe:
+        print("\n" + probe_markdown(probe), end="")
     return 0
 
 

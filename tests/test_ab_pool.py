@@ -43,7 +43,7 @@ def test_rounds_of_the_same_pair_and_parallelism_are_pooled(tmp_path):
     assert p64["recordings_as_units"]["low"] < p64["rounds_pooled"]["low"]  # fewer units: wider
     assert rows["on_p64", 1]["recordings_as_units"]["high"] is None  # one recording says nothing of the noise
     table = mod.markdown(list(rows.values()))
-    assert "| on_p1 | on_p64 | 16 | 2 |" in table and "not measured" not in table
+    assert "| on_p1 | on_p64 | - | 16 | 2 |" in table and "not measured" not in table  # no output length recorded
 
 
 def test_the_committed_runs_give_the_pooled_numbers_their_readme_states():
@@ -100,3 +100,45 @@ def test_the_committed_runs_give_the_fit_differences_run_16_states():
         (0.005, -0.190, 0.200), abs=0.0015)
     assert (row["per_request_ms"]["mean"], row["per_request_ms"]["low"], row["per_request_ms"]["high"]) == \
         pytest.approx((15.9, -1.6, 33.4), abs=0.06)
+
+
+def _probe_recording(path, tokens, ms_by_round):
+    # one parallel-1 pass per side and round; ms per request given as (A, B) per round
+    passes = [{"round": r, "side": side, "parallel": 1, "errors": 0, "output_throughput": 1000.0 / ms}
+              for r, ab in enumerate(ms_by_round) for side, ms in zip("AB", ab)]
+    passes.append({"round": 0, "side": "A", "parallel": 16, "errors": 0, "output_throughput": 1.0})  # not parallel 1
+    summary = {"1": {"ratios": [a / b for a, b in ms_by_round]}}
+    rec = {"max_new_tokens": tokens, "pairs": {"p": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"},
+                                                     "passes": passes, "summary": summary}}}
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_answers(tmp_path):
+    mod = _load()
+    one = _probe_recording(tmp_path / "1.json", 1, [(10.0, 11.0), (10.0, 12.0)])
+    two = _probe_recording(tmp_path / "2.json", 1, [(10.0, 13.0)])
+    full = _probe_recording(tmp_path / "3.json", 256, [(4.0, 4.4)])  # not a probe: no per-request reading
+    (row,) = mod.probe_differences([one, two, full])
+    s = row["per_request_ms"]
+    assert (row["A"], row["B"], s["n"]) == ("on_p1", "on_p64", 3) and s["mean"] == pytest.approx(2.0)
+    assert s["low"] < 2.0 < s["high"]
+    assert "| on_p1 | on_p64 | 3 | +2.00 (" in mod.probe_markdown([row])
+    # the throughput pools keep the two output lengths apart
+    rows = mod.pool(mod.pair_rounds([one, two, full]))
+    assert [(r["tokens"], r["parallel"], len(r["recordings"])) for r in rows] == [(1, 1, 2), (256, 1, 1)]
+    assert "| on_p1 | on_p64 | 256 | 1 | 1 |" in mod.markdown(rows)
+
+
+def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
+    mod = _load()
+    run = ROOT / "bench" / "results" / "2026-12-01-h200-run17"
+    paths = [run / d / "ab.json" for d in ("probe_a", "probe_b", "probe_aa")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    rows = {r["B"]: r["per_request_ms"] for r in mod.probe_differences(paths)}
+    assert rows["on_p64"]["n"] == 24 and rows["on_p1_r2"]["n"] == 12
+    assert (rows["on_p64"]["mean"], rows["on_p64"]["low"], rows["on_p64"]["high"]) == pytest.approx(
+        (1.22, 0.71, 1.73), abs=0.006)
+    assert (rows["on_p1_r2"]["mean"], rows["on_p1_r2"]["low"], rows["on_p1_r2"]["high"]) == pytest.approx(
+        (-0.65, -1.54, 0.24), abs=0.006)

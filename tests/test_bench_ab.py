@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sglang_eagle_paged.bench import ab, e2e
-from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
+from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 from test_e2e_runner import FakeServer
 
 
@@ -335,3 +335,34 @@ def test_swapped_cpus_alternate_by_round_and_each_pass_records_its_set(monkeypat
     with pytest.raises(ValueError, match="need pin_cpus"):
         ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab4"),
                      **{**kw, "pin_cpus": False, "swap_cpus": True})
+
+
+def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_counted(monkeypatch, tmp_path,
+                                                                                      fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    real, frozen_at_call = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        frozen_at_call.append(len(FakeSGLang.freezes))  # how many servers were frozen when this pass began
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    kw = dict(target="T", draft="D", rounds=1, num_questions=2, parallel=2, max_new_tokens=8, warmup=1,
+              question_file=str(_question_file(tmp_path)))
+    pair = (e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab"), gc_freeze=True, **kw)
+    # two warm-up mixes per server unfrozen, then both frozen before the settling and counted passes
+    assert frozen_at_call == [0] * 4 + [2] * 4 and FakeSGLang.freezes == ["/freeze_gc"] * 2
+    assert res["gc_freeze"] is True and len(res["pairs"]["on_p1:on_p64#0"]["passes"]) == 2
+    assert "(`--freeze-gc`" in ab.markdown(res)
+    # a server without /freeze_gc: the pair says so and measures nothing, rather than one side frozen
+    FakeSGLang.refuse_freeze, FakeSGLang.freezes = True, []
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab2"), gc_freeze=True, **kw)
+    bad = res["pairs"]["on_p1:on_p64#0"]
+    assert "/freeze_gc answered 404" in bad["error"] and bad["passes"] == []
+    # off by default: no call, and the table says nothing of it
+    FakeSGLang.refuse_freeze, FakeSGLang.freezes = False, []
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab3"), **kw)
+    assert FakeSGLang.freezes == [] and res["gc_freeze"] is False and "freeze" not in ab.markdown(res)

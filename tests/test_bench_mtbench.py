@@ -34,6 +34,8 @@ class FakeSGLang(BaseHTTPRequestHandler):
 
     prompts: list = []
     lock = threading.Lock()
+    freezes: list = []        # one entry per POST /freeze_gc
+    refuse_freeze = False     # answer /freeze_gc as a server without it would
 
     def log_message(self, *a):  # keep pytest output clean
         pass
@@ -57,6 +59,10 @@ class FakeSGLang(BaseHTTPRequestHandler):
             self._json(404, {})
 
     def do_POST(self):
+        if self.path == "/freeze_gc":
+            with self.lock:
+                self.freezes.append(self.path)
+            return self._json(404 if self.refuse_freeze else 200, {})
         if self.path != "/generate":
             return self._json(404, {})
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -79,7 +85,7 @@ class FakeSGLang(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_server():
-    FakeSGLang.prompts = []
+    FakeSGLang.prompts, FakeSGLang.freezes, FakeSGLang.refuse_freeze = [], [], False
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeSGLang)
     t = threading.Thread(target=httpd.serve_forever, daemon=True)
     t.start()

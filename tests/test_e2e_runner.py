@@ -378,6 +378,14 @@ def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     assert set(core) < set(ext) and ext["triton_on_p64"].backend == "triton"
     assert ext["oracle_on_p64"].algorithm == "STANDALONE" and ext["oracle_on_p64"].draft == "target"
     assert len(ext) == len(sets["extended"])  # unique names
+    # the A/B's controls: one configuration twice, SGLang without speculation, chain EAGLE (topk 1)
+    ctl = {c.name: c for c in sets["controls"]}
+    assert len(ctl) == len(sets["controls"])
+    assert (ctl["on_p1_r2"].page_size, ctl["on_p1_r2"].topk) == (ctl["on_p1"].page_size, ctl["on_p1"].topk)
+    assert ctl["nospec_p64"].algorithm is None and ctl["nospec_p64"].page_size == 64
+    assert (ctl["on_p64_k1"].topk, ctl["on_p64_k1"].page_size) == (1, 64)
+    nospec = e2e.server_args(ctl["nospec_p64"], "T", "D", 30000, 4096, 0.4, None)
+    assert nospec[nospec.index("--page-size") + 1] == "64" and not any("speculative" in a for a in nospec)
     # greedy equality is asked for at page 1/16/64 x topk 1/4/8 on every backend
     for be in ("on", "triton_on", "fi_on"):
         for page in (1, 16, 64):

@@ -153,16 +153,31 @@ def _place(servers: dict, rnd: int, swap: bool, isolate: bool) -> dict | None:
     return sets
 
 
+def freeze_gc(servers: dict) -> None:
+    """SGLang's ``/freeze_gc`` on both servers: the objects alive after warm-up leave the garbage
+    collector's generations in the scheduler, tokenizer and detokenizer processes, so no pass pays
+    for a collection that walks them. A side whose server refuses raises: a comparison with one
+    side frozen would measure the freeze."""
+    import requests
+
+    for side in ("A", "B"):
+        r = requests.post(servers[side].base_url + "/freeze_gc", timeout=60)
+        if r.status_code != 200:
+            raise RuntimeError(f"{side}: /freeze_gc answered {r.status_code}")
+
+
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, rounds: int, settle: int, bench_kw: dict, save,
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
-                  isolate_scheduler: bool = False) -> None:
+                  isolate_scheduler: bool = False, gc_freeze: bool = False) -> None:
     cache_dirs = cache_dirs or {}
     # Every process of both servers exists by now (they answered /health): place them for round 0.
     placed = _place(servers, 0, swap_cpus, isolate_scheduler)
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
+    if gc_freeze:  # after warm-up, as SGLang advises: what warm-up made is what serving keeps
+        freeze_gc(servers)
     variants = {side: triton_cache.compiled_since({}, cache_dirs.get(side))[0] for side in ("A", "B")}
     levels = [(parallel, questions)] + ([(1, questions[:parallel1_questions])] if parallel1_questions else [])
     # Settling passes, not counted: the measured workload once per side and level. Round 0 was the
@@ -245,13 +260,14 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
               pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
-              isolate_scheduler: bool = False) -> dict:
+              isolate_scheduler: bool = False, gc_freeze: bool = False) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
     ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
     (:mod:`.cpu_pinning`); with it, ``swap_cpus`` exchanges the two sides' sets every round and
-    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``settle`` passes
+    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``gc_freeze`` calls
+    :func:`freeze_gc` on both servers of a pair after warm-up. ``settle`` passes
     of the measured workload per side and parallelism run before round 0 and are not counted.
     Results go to ``out_dir/ab.json`` after every pass.
     """
@@ -265,7 +281,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
         raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
     results = {"rounds": rounds, "parallel": parallel, "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
-               "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "pairs": {}}
+               "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
+               "pairs": {}}
     lock = threading.Lock()
 
     def save(update=None):
@@ -288,7 +305,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                           startup_timeout=startup_timeout, triton_seeds=triton_seeds, questions=questions,
                           warmup_questions=warmup_questions, parallel=parallel,
                           parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
-                          bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler)
+                          bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler,
+                          gc_freeze=gc_freeze)
     finally:
         if pin_cpus:
             cpu_pinning.pin(0, own_cpus)
@@ -360,6 +378,8 @@ def markdown(results: dict) -> str:
                                    ("isolate_scheduler", "; each scheduler thread on a CPU of its "
                                                          "server's set alone (`--isolate-scheduler`)"))
             if results.get(key))]
+    if results.get("gc_freeze"):
+        lines += ["", "Garbage collection frozen on both servers after warm-up (`--freeze-gc`, SGLang's `/freeze_gc`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -442,6 +462,8 @@ def main(argv=None) -> int:
                    help="with --pin-cpus: the two sides exchange their CPU sets every round")
     p.add_argument("--isolate-scheduler", action="store_true",
                    help="with --pin-cpus: each server's scheduler thread gets a CPU of its own")
+    p.add_argument("--freeze-gc", action="store_true",
+                   help="call SGLang's /freeze_gc on both servers of a pair after warm-up")
     a = p.parse_args(argv)
     configs = configs_of(a)
     try:
@@ -453,7 +475,7 @@ def main(argv=None) -> int:
                             question_file=a.question_file,
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
                             pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
-                            isolate_scheduler=a.isolate_scheduler)
+                            isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc)
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():

@@ -102,7 +102,21 @@ def testbed_sets(backend: str = "fa3") -> dict:
         *(RunConfig(f"{name}_on_p{page}_k{k}", page_size=page, **be, **(k4 if k == 4 else k1))
           for name, be in (("triton", tr), ("fi", fi)) for page in (1, 16) for k in (4, 1)),
     ]
-    return {"core": core, "extended": core + extended}
+    # Controls for the page-N/page-1 A/B (bench.ab), each pair a question about the measurement or the
+    # baseline rather than about the plugin: on_p1:on_p1_r2 is one configuration against itself (the
+    # A/B's own bias and noise); nospec_p1:nospec_p64 is SGLang without speculation (its own paging
+    # cost on this host-bound model); on_p1_k1:on_p64_k1 is SGLang's chain EAGLE, which at topk 1
+    # duplicates nothing (its paged speculative path without ours).
+    controls = [
+        RunConfig("on_p1", page_size=1, backend=b),
+        RunConfig("on_p1_r2", page_size=1, backend=b),
+        RunConfig("on_p64", page_size=64, backend=b),
+        RunConfig("nospec_p1", algorithm=None, page_size=1, backend=b),
+        RunConfig("nospec_p64", algorithm=None, page_size=64, backend=b),
+        RunConfig("on_p1_k1", page_size=1, backend=b, **k1),
+        RunConfig("on_p64_k1", page_size=64, backend=b, **k1),
+    ]
+    return {"core": core, "extended": core + extended, "controls": controls}
 
 
 def large_set(backend: str = "fa3") -> list:
@@ -589,7 +603,7 @@ def explained_by_near_ties(agree: dict, min_rate: float = IDENTICAL_RATE) -> boo
 
 def add_set_and_model_args(p, default_set: str) -> None:
     """The command-line arguments that choose a configuration set and the models it serves."""
-    p.add_argument("--set", choices=["core", "extended", "large"], default=default_set)
+    p.add_argument("--set", choices=["core", "extended", "controls", "large"], default=default_set)
     p.add_argument("--backend", default="fa3")
     p.add_argument("--target", required=True)
     p.add_argument("--draft", required=True)
