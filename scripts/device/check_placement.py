@@ -9,6 +9,8 @@ before and after the moves checks that the server still answers.
     timeout 240 python3 scripts/device/check_placement.py --out $OUT/placement
 
 Run 16 tried it in the last 110 s of its device time: the server had not answered /health by then.
+Run 17 ran it after core (about 60 s): every placement read back as asked
+(``bench/results/2026-12-01-h200-run17/placement/``).
 """
 
 import argparse
