@@ -17,6 +17,13 @@ def _question_file(tmp_path):
     return qfile
 
 
+def _serve_fakes(monkeypatch, fake_server):
+    # every server bench.ab starts is a FakeServer answering on the fake SGLang's address
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+
+
 def _compile_late_kernel(out_dir, server):
     # what a Triton compile leaves in the server's cache directory, as the runner reads it
     entry = out_dir / "logs" / "triton_cache" / server / "h1"
@@ -91,9 +98,7 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
 
 
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    _serve_fakes(monkeypatch, fake_server)
     real = ab.run_benchmark
     calls = []
 
@@ -140,9 +145,7 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
 
 def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_named(monkeypatch, tmp_path,
                                                                                  fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    _serve_fakes(monkeypatch, fake_server)
     real, calls = ab.run_benchmark, []
 
     def bench(base_url, qs, **kw):
@@ -218,9 +221,7 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
     import threading
     import time
 
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    _serve_fakes(monkeypatch, fake_server)
     real, calls = ab.run_benchmark, []
 
     def bench(base_url, qs, **kw):
@@ -245,9 +246,7 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
 
 
 def test_pinned_runs_give_every_server_and_the_client_cpus_of_their_own(monkeypatch, tmp_path, fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    _serve_fakes(monkeypatch, fake_server)
     pinned = []  # this process's masks, in order (recorded rather than applied to the test process)
     monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(16)))
     monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: pinned.append((pid, sorted(cpus))))
@@ -339,9 +338,7 @@ def test_swapped_cpus_alternate_by_round_and_each_pass_records_its_set(monkeypat
 
 def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_counted(monkeypatch, tmp_path,
                                                                                       fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    _serve_fakes(monkeypatch, fake_server)
     real, frozen_at_call = ab.run_benchmark, []
 
     def bench(base_url, qs, **kw):
