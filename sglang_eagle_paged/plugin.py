@@ -86,11 +86,22 @@ def _fail(message: str):
     raise SystemExit(f"[sglang-eagle-paged] {message} (set {ENV_VAR}=off to run stock SGLang)")
 
 
+def _record_gc() -> None:
+    # A benchmark's diagnostic (gc_stats.py), in every mode; it must never keep a server from starting.
+    try:
+        from . import gc_stats
+
+        gc_stats.install_from_env()
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("[sglang-eagle-paged] garbage-collection record not installed: %s", exc)
+
+
 def register() -> None:
     """Register and apply our hooks; idempotent within a process."""
     if _state["registered"]:
         return
     _state["registered"] = True
+    _record_gc()
     try:
         mode = current_mode()
     except ValueError as exc:

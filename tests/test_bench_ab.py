@@ -3,6 +3,7 @@ orchestration with fake servers (both of a pair up for the whole measurement, st
 
 import json
 import math
+import os
 
 import pytest
 
@@ -363,3 +364,46 @@ def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_c
     FakeSGLang.refuse_freeze, FakeSGLang.freezes = False, []
     res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab3"), **kw)
     assert FakeSGLang.freezes == [] and res["gc_freeze"] is False and "freeze" not in ab.markdown(res)
+
+
+def test_recorded_collections_are_charged_to_each_counted_pass(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    from sglang_eagle_paged import gc_stats
+
+    _serve_fakes(monkeypatch, fake_server)
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        # each pass: one more collection of 1.5 ms in every server's record (the fakes run no plugin)
+        calls.append(1)
+        for srv in FakeServer.started:
+            d = srv.env[gc_stats.ENV_VAR]
+            os.makedirs(d, exist_ok=True)
+            snap = {"pid": 7, "title": "sglang::scheduler",
+                    "generations": {"0": {"collections": len(calls), "ms": 1.5 * len(calls)},
+                                    "1": {"collections": 0, "ms": 0.0}, "2": {"collections": 0, "ms": 0.0}}}
+            with open(os.path.join(d, "gc-7.json"), "w") as f:
+                json.dump(snap, f)
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)), gc_record=True)
+    a, b = FakeServer.started
+    assert a.env[gc_stats.ENV_VAR] == str(tmp_path / "ab" / "logs" / "gc" / "pair0_A_on_p1")
+    assert b.env[gc_stats.ENV_VAR].endswith("pair0_B_on_p64")
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert pair["A"]["env"] == {}  # the record keeps the configuration, not the run's paths
+    assert [p["gc"]["ms"] for p in pair["passes"]] == [1.5, 1.5]
+    assert pair["passes"][0]["gc"]["by_process"] == {"sglang::scheduler": {"collections": 1, "ms": 1.5}}
+    s = pair["summary"]["1"]
+    assert s["gc_ms_A"] == 1.5 and s["gc_share_A"] == 1.5 / (1e3 * pair["passes"][0]["wall_s"])
+    md = ab.markdown(res)
+    assert "(`--gc-record`)" in md and "| on_p1 | on_p64 | 1 | 1.5 / 1.5 |" in md
+    # off: no variable, no record
+    FakeServer.started = []
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
+    assert all(gc_stats.ENV_VAR not in srv.env for srv in FakeServer.started)
+    assert all("gc" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"]) and "gc-record" not in ab.markdown(res)

@@ -28,6 +28,7 @@ from pathlib import Path
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
                   warmup_mixes)
 from . import cpu_pinning, triton_cache
+from .. import gc_stats
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 
@@ -128,7 +129,12 @@ def summarize_pair(passes: list) -> dict:
         round_rate = ratio_stats(rate("A"), rate("B"))
         compiled = {side: sum(sum((p.get("compiled") or {}).values()) for p in by.values() if p["side"] == side)
                     for side in ("A", "B")}
+        gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
+        gc_share = lambda side: mean([by[r, side]["gc"]["ms"] / (1e3 * by[r, side]["wall_s"])  # noqa: E731
+                                      for r in rounds if by[r, side].get("gc") and by[r, side].get("wall_s")])
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
+                         "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
+                         "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
                          "compiled_A": compiled["A"], "compiled_B": compiled["B"],
@@ -198,7 +204,9 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
     for rnd, side in pass_order(rounds):
         if swap_cpus and placed is not None and rnd != placed_round:
             placed, placed_round = _place(servers, rnd, swap_cpus, isolate_scheduler), rnd
+        gc_dir = getattr(servers[side], "gc_stats_dir", None)
         for par, qs in levels:
+            gc_before = gc_stats.read_totals(gc_dir) if gc_dir else None
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
@@ -206,6 +214,9 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             rec = _pass_record(bench, side, rnd, par, compiled, signatures)
             if placed is not None:
                 rec["cpus"] = placed[side]
+            if gc_dir:
+                time.sleep(gc_stats.WRITE_INTERVAL_S + 0.1)  # the servers rewrite their totals this often
+                rec["gc"] = gc_stats.difference(gc_before, gc_stats.read_totals(gc_dir))
 
             def record(rec=rec):
                 pair["passes"].append(rec)
@@ -260,14 +271,16 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
               pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
-              isolate_scheduler: bool = False, gc_freeze: bool = False) -> dict:
+              isolate_scheduler: bool = False, gc_freeze: bool = False, gc_record: bool = False) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
     ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
     (:mod:`.cpu_pinning`); with it, ``swap_cpus`` exchanges the two sides' sets every round and
     ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``gc_freeze`` calls
-    :func:`freeze_gc` on both servers of a pair after warm-up. ``settle`` passes
+    :func:`freeze_gc` on both servers of a pair after warm-up; ``gc_record`` has every server record
+    its garbage collections (:mod:`..gc_stats`) and every counted pass keep its servers' share (``gc``).
+    ``settle`` passes
     of the measured workload per side and parallelism run before round 0 and are not counted.
     Results go to ``out_dir/ab.json`` after every pass.
     """
@@ -282,7 +295,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     results = {"rounds": rounds, "parallel": parallel, "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
                "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
-               "pairs": {}}
+               "gc_record": gc_record, "pairs": {}}
     lock = threading.Lock()
 
     def save(update=None):
@@ -302,7 +315,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                 cpu_pinning.pin(0, cpus["client"])
             _measure_wave(wave, w, results, out, cpus, save, target=target, draft=draft,
                           max_total_tokens=max_total_tokens, mem_fraction=mem_fraction, load_format=load_format,
-                          startup_timeout=startup_timeout, triton_seeds=triton_seeds, questions=questions,
+                          startup_timeout=startup_timeout, triton_seeds=triton_seeds, gc_record=gc_record,
+                          questions=questions,
                           warmup_questions=warmup_questions, parallel=parallel,
                           parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
                           bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler,
@@ -314,7 +328,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
 
 
 def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_total_tokens, mem_fraction,
-                  load_format, startup_timeout, triton_seeds, **measure_kw) -> None:
+                  load_format, startup_timeout, triton_seeds, gc_record=False, **measure_kw) -> None:
     """Launch the pairs of one wave, one per GPU, and measure them side by side."""
     lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs), one per GPU
     for gpu, (i, (a, b)) in enumerate(enumerate(wave, start=first)):
@@ -327,9 +341,13 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
             args += ["--base-gpu-id", str(gpu)]
             # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
             server_cpus = cpus["servers"][2 * gpu + (side == "B")] if cpus else None
+            name = f"pair{i}_{side}_{cfg.name}"
+            gc_dir = out / "logs" / "gc" / name if gc_record else None
+            env = {**cfg.env, gc_stats.ENV_VAR: str(gc_dir)} if gc_dir else cfg.env
             servers[side], _, cache_dirs[side] = launch(
-                replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port, log_dir=str(out / "logs"),
+                replace(cfg, name=name, env=env), args, port=port, log_dir=str(out / "logs"),
                 startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds, cpus=server_cpus)
+            servers[side].gc_stats_dir = gc_dir
         if cpus:
             pair["cpus"] = {side: cpus["servers"][2 * gpu + (side == "B")] for side in ("A", "B")}
         lanes.append((pair, servers, cache_dirs))
@@ -378,6 +396,15 @@ def markdown(results: dict) -> str:
                                    ("isolate_scheduler", "; each scheduler thread on a CPU of its "
                                                          "server's set alone (`--isolate-scheduler`)"))
             if results.get(key))]
+    if results.get("gc_record"):
+        lines += ["", "Garbage collection in the servers' processes (`--gc-record`): milliseconds per counted pass "
+                  "and their share of the pass's wall time, means over the counted passes.", "",
+                  "| A | B | parallel | collector ms per pass A / B | share of the pass A / B |", "|---|---|---|---|---|"]
+        for pair in results["pairs"].values():
+            for par, s in (pair.get("summary") or {}).items():
+                lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
+                             f"{fmt(s.get('gc_ms_A'))} / {fmt(s.get('gc_ms_B'))} | "
+                             f"{fmt(s.get('gc_share_A'), '{:.2%}')} / {fmt(s.get('gc_share_B'), '{:.2%}')} |")
     if results.get("gc_freeze"):
         lines += ["", "Garbage collection frozen on both servers after warm-up (`--freeze-gc`, SGLang's `/freeze_gc`)."]
     return "\n".join(lines) + "\n"
@@ -464,6 +491,8 @@ def main(argv=None) -> int:
                    help="with --pin-cpus: each server's scheduler thread gets a CPU of its own")
     p.add_argument("--freeze-gc", action="store_true",
                    help="call SGLang's /freeze_gc on both servers of a pair after warm-up")
+    p.add_argument("--gc-record", action="store_true",
+                   help="every server records its garbage collections; every counted pass keeps its share")
     a = p.parse_args(argv)
     configs = configs_of(a)
     try:
@@ -475,7 +504,8 @@ def main(argv=None) -> int:
                             question_file=a.question_file,
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
                             pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
-                            isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc)
+                            isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc,
+                            gc_record=a.gc_record)
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():
