@@ -133,7 +133,7 @@ def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_
 def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
     mod = _load()
     run = ROOT / "bench" / "results" / "2026-12-01-h200-run17"
-    paths = [run / d / "ab.json" for d in ("probe_a", "probe_b", "probe_aa")]
+    paths = [run / d / "ab.json" for d in ("probe_a", "probe_b", "probe_aa", "probe_nospec")]
     if not all(p.exists() for p in paths):
         pytest.skip("results moved out of the tree (a device carry)")
     rows = {r["B"]: r["per_request_ms"] for r in mod.probe_differences(paths)}
@@ -142,3 +142,6 @@ def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states
         (1.22, 0.71, 1.73), abs=0.006)
     assert (rows["on_p1_r2"]["mean"], rows["on_p1_r2"]["low"], rows["on_p1_r2"]["high"]) == pytest.approx(
         (-0.65, -1.54, 0.24), abs=0.006)
+    nospec = rows["nospec_p64"]  # SGLang without speculation
+    assert nospec["n"] == 12 and (nospec["mean"], nospec["low"], nospec["high"]) == pytest.approx(
+        (0.59, 0.01, 1.18), abs=0.006)
