@@ -92,6 +92,9 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
     md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
                       "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
     assert "| a | b | 1 | 1.000x | 1.000-1.000 | 11.00 / 25.00 | 3.0000 / 3.3000 | 2 / 2 |" in md
+    # every round compiled on one side or the other: no ratio is left without them
+    assert s["rounds_without_compiles"] == 0 and s["ratio_without_compiles"] is None
+    assert "no round left" in md
     # a pass record keeps the fit at parallel 1 only, and what compiled during it
     bench = {"summary": {"output_throughput": 1.0, "latency_fit": fit(1, 2)}}
     assert "latency_fit" in ab._pass_record(bench, "A", 0, 1) and "latency_fit" not in ab._pass_record(bench, "A", 0, 16)
@@ -407,3 +410,20 @@ def test_recorded_collections_are_charged_to_each_counted_pass(monkeypatch, tmp_
                        warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
     assert all(gc_stats.ENV_VAR not in srv.env for srv in FakeServer.started)
     assert all("gc" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"]) and "gc-record" not in ab.markdown(res)
+
+
+def test_the_ratio_is_given_again_without_the_rounds_that_compiled():
+    # round 1's B pass stalled on a compile (half the throughput); rounds 0 and 2 were quiet
+    passes = [dict(round=r, side=side, parallel=1, output_throughput=t, acceptance_length=2.0, errors=0, compiled=c)
+              for r, side, t, c in [(0, "A", 100.0, None), (0, "B", 95.0, None), (1, "B", 50.0, {"alloc": 1}),
+                                    (1, "A", 100.0, None), (2, "A", 100.0, None), (2, "B", 97.0, None)]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["rounds"] == 3 and s["ratio"] == pytest.approx((0.95 * 0.5 * 0.97) ** (1 / 3), abs=1e-4)
+    assert s["rounds_without_compiles"] == 2
+    assert s["ratio_without_compiles"] == pytest.approx(math.sqrt(0.95 * 0.97), abs=1e-4)
+    md = ab.markdown({"rounds": 3, "num_questions": 1, "parallel": 16, "parallel1_questions": 1,
+                      "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "Without the rounds in which a pass compiled" in md and "a:b at parallel 1 0.960x (" in md
+    # nothing compiled: nothing more to say
+    quiet = ab.summarize_pair([dict(p, compiled=None) for p in passes])["1"]
+    assert "ratio_without_compiles" not in quiet

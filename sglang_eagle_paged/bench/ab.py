@@ -129,6 +129,16 @@ def summarize_pair(passes: list) -> dict:
         round_rate = ratio_stats(rate("A"), rate("B"))
         compiled = {side: sum(sum((p.get("compiled") or {}).values()) for p in by.values() if p["side"] == side)
                     for side in ("A", "B")}
+        # A compile stalls its pass for 0.1-1.5 s (SGLang's own kernels too: a server without the
+        # plugin's warm-up compiles its paged allocation mid-serving, run 17): the ratio once more
+        # without the rounds in which either pass compiled, where there were such rounds.
+        quiet = [r for r in rounds if not by[r, "A"].get("compiled") and not by[r, "B"].get("compiled")]
+        if len(quiet) < len(rounds):
+            without = ratio_stats([by[r, "A"]["output_throughput"] for r in quiet],
+                                  [by[r, "B"]["output_throughput"] for r in quiet])
+            compiles = {f"{k}_without_compiles": without[k] for k in ("ratio", "low", "high", "rounds")}
+        else:
+            compiles = {}
         gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
         gc_share = lambda side: mean([by[r, side]["gc"]["ms"] / (1e3 * by[r, side]["wall_s"])  # noqa: E731
                                       for r in rounds if by[r, side].get("gc") and by[r, side].get("wall_s")])
@@ -137,7 +147,7 @@ def summarize_pair(passes: list) -> dict:
                          "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
-                         "compiled_A": compiled["A"], "compiled_B": compiled["B"],
+                         "compiled_A": compiled["A"], "compiled_B": compiled["B"], **compiles,
                          "spread_A": pass_spread(a), "spread_B": pass_spread(b),
                          **{f"round_rate_{k}": round_rate[k] for k in ("ratio", "low", "high", "verdict")}}
     return out
@@ -371,6 +381,15 @@ def markdown(results: dict) -> str:
                          f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} |")
         if pair.get("error"):
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} |||||||")
+    stalled = [(pair, par, s) for pair in results["pairs"].values() for par, s in (pair.get("summary") or {}).items()
+               if "ratio_without_compiles" in s]
+    if stalled:
+        lines += ["", "Without the rounds in which a pass compiled a Triton variant (a stall of that pass): "
+                  + "; ".join(f"{pair['A']['name']}:{pair['B']['name']} at parallel {par} "
+                              + (f"{s['ratio_without_compiles']:.3f}x ({fmt(s['low_without_compiles'], '{:.3f}')}-"
+                                 f"{fmt(s['high_without_compiles'], '{:.3f}')}), {s['rounds_without_compiles']} rounds"
+                                 if s["ratio_without_compiles"] is not None else "no round left")
+                              for pair, par, s in stalled) + "."]
     lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
