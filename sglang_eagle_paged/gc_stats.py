@@ -28,7 +28,19 @@ logger = logging.getLogger("sglang_eagle_paged")
 ENV_VAR = "SGLANG_EAGLE_PAGED_GC_STATS"
 WRITE_INTERVAL_S = 0.25
 
-_state = {"installed": None}
+_state = {"installed": None, "recorder": None}
+
+
+def _forget_in_child() -> None:
+    # A forked child inherits the callback but not the writer thread: its counts would go nowhere
+    # (SGLang spawns its processes, which load the plugin and record for themselves).
+    recorder = _state["recorder"]
+    if recorder is not None and recorder.callback in gc.callbacks:
+        gc.callbacks.remove(recorder.callback)
+    _state.update(installed=None, recorder=None)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class _Recorder:
@@ -98,7 +110,7 @@ def install_from_env() -> Path | None:
         return None
     gc.callbacks.append(recorder.callback)
     threading.Thread(target=recorder.run, name="sglang-eagle-paged-gc-stats", daemon=True).start()
-    _state["installed"] = path
+    _state.update(installed=path, recorder=recorder)
     return path
 
 

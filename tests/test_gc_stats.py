@@ -84,3 +84,19 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
     """, tmp_path / "gc")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(".json") and len(gc_stats.read_totals(tmp_path / "gc")) == 1
+
+
+def test_a_forked_child_drops_the_inherited_callback(tmp_path):
+    out = _run("""
+        import gc, os
+        from sglang_eagle_paged import gc_stats
+        gc_stats.install_from_env()
+        before = len(gc.callbacks)
+        pid = os.fork()
+        if pid == 0:  # the child: no writer thread came along, so no callback either
+            os._exit(0 if len(gc.callbacks) == before - 1 else 1)
+        _, status = os.waitpid(pid, 0)
+        print(before, os.waitstatus_to_exitcode(status), len(gc.callbacks))
+    """, tmp_path / "gc")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0", "1"]  # the parent keeps its own
