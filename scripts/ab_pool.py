@@ -77,22 +77,32 @@ def _correlation(xs: list, ys: list) -> float | None:
         return None
 
 
+def _parallel1_rounds(paths: list, value, keep=lambda rec: True) -> dict:
+    """{(A name, B name): [(A's value, B's value), one per round]} over the recordings ``keep``
+    accepts: each round's two parallel-1 passes without errors, where ``value(pass)`` gives one for both."""
+    groups = {}
+    for path in paths:
+        rec = json.loads(Path(path).read_text())
+        if not keep(rec):
+            continue
+        for pair in rec["pairs"].values():
+            vals = {(p["round"], p["side"]): value(p) for p in pair.get("passes", [])
+                    if p.get("parallel") == 1 and not p.get("errors")}
+            rounds = [(vals[r, "A"], vals[r, "B"]) for r in sorted({r for r, _ in vals})
+                      if vals.get((r, "A")) is not None and vals.get((r, "B")) is not None]
+            if rounds:
+                groups.setdefault((pair["A"]["name"], pair["B"]["name"]), []).extend(rounds)
+    return groups
+
+
 def fit_differences(paths: list) -> list:
     """Per pair (A and B names): the parallel-1 latency fits' B minus A within each round, pooled
     over the recordings; ``per_request_ms`` and ``per_round_ms`` with 95% t-intervals."""
-    groups = {}
-    for path in paths:
-        for pair in json.loads(Path(path).read_text())["pairs"].values():
-            fits = {(p["round"], p["side"]): p["latency_fit"] for p in pair.get("passes", [])
-                    if p.get("parallel") == 1 and p.get("latency_fit") and not p.get("errors")}
-            diffs = [{k: fits[r, "B"][k] - fits[r, "A"][k] for k in ("per_request_ms", "per_round_ms")}
-                     for r in sorted({r for r, _ in fits}) if (r, "A") in fits and (r, "B") in fits]
-            if diffs:
-                groups.setdefault((pair["A"]["name"], pair["B"]["name"]), []).extend(diffs)
     rows = []
-    for (a, b), diffs in sorted(groups.items()):
-        req, rnd = [d["per_request_ms"] for d in diffs], [d["per_round_ms"] for d in diffs]
-        rows.append({"A": a, "B": b, "passes": len(diffs), "per_request_ms": _mean_interval(req),
+    for (a, b), rounds in sorted(_parallel1_rounds(paths, lambda p: p.get("latency_fit")).items()):
+        req = [fb["per_request_ms"] - fa["per_request_ms"] for fa, fb in rounds]
+        rnd = [fb["per_round_ms"] - fa["per_round_ms"] for fa, fb in rounds]
+        rows.append({"A": a, "B": b, "passes": len(rounds), "per_request_ms": _mean_interval(req),
                      "per_round_ms": _mean_interval(rnd), "correlation": _correlation(req, rnd)})
     return rows
 
@@ -102,18 +112,10 @@ def probe_differences(paths: list) -> list:
     within each round at parallel 1, pooled, with a 95% t-interval. One request at a time and one
     output token each, so a pass's milliseconds per request are 1000 over its output tokens per
     second: admission, prefill, draft extend, finish and the client's round trip, no verify round."""
-    groups = {}
-    for path in paths:
-        rec = json.loads(Path(path).read_text())
-        if rec.get("max_new_tokens") != 1:
-            continue
-        for pair in rec["pairs"].values():
-            ms = {(p["round"], p["side"]): 1000.0 / p["output_throughput"] for p in pair.get("passes", [])
-                  if p.get("parallel") == 1 and p.get("output_throughput") and not p.get("errors")}
-            diffs = [ms[r, "B"] - ms[r, "A"] for r in sorted({r for r, _ in ms}) if (r, "A") in ms and (r, "B") in ms]
-            if diffs:
-                groups.setdefault((pair["A"]["name"], pair["B"]["name"]), []).extend(diffs)
-    return [{"A": a, "B": b, "per_request_ms": _mean_interval(d)} for (a, b), d in sorted(groups.items())]
+    ms = lambda p: 1000.0 / p["output_throughput"] if p.get("output_throughput") else None  # noqa: E731
+    groups = _parallel1_rounds(paths, ms, keep=lambda rec: rec.get("max_new_tokens") == 1)
+    return [{"A": a, "B": b, "per_request_ms": _mean_interval([mb - ma for ma, mb in rounds])}
+            for (a, b), rounds in sorted(groups.items())]
 
 
 def probe_markdown(rows: list) -> str:

@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from .bench.cpu_pinning import process_title
+
 logger = logging.getLogger("sglang_eagle_paged")
 
 ENV_VAR = "SGLANG_EAGLE_PAGED_GC_STATS"
@@ -63,7 +65,8 @@ class _Recorder:
             self.version += 1
 
     def snapshot(self) -> dict:
-        return {"pid": os.getpid(), "title": _title(),
+        # SGLang retitles its processes (``sglang::scheduler`` ...) after the plugin loads: read it late.
+        return {"pid": os.getpid(), "title": process_title(os.getpid()),
                 "generations": {str(g): {"collections": self.counts[g], "ms": round(1e3 * self.seconds[g], 3)}
                                 for g in range(3)}}
 
@@ -82,14 +85,6 @@ class _Recorder:
                 except OSError:  # a full or vanished directory must not stop the server
                     pass
             time.sleep(WRITE_INTERVAL_S)
-
-
-def _title() -> str:
-    # SGLang retitles its processes (``sglang::scheduler`` ...) after the plugin loads: read it late.
-    try:
-        return Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def install_from_env() -> Path | None:
