@@ -290,9 +290,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``gc_freeze`` calls
     :func:`freeze_gc` on both servers of a pair after warm-up; ``gc_record`` has every server record
     its garbage collections (:mod:`..gc_stats`) and every counted pass keep its servers' share (``gc``).
-    ``settle`` passes
-    of the measured workload per side and parallelism run before round 0 and are not counted.
-    Results go to ``out_dir/ab.json`` after every pass.
+    ``settle`` passes of the measured workload per side and parallelism run before round 0 and are
+    not counted. Results go to ``out_dir/ab.json`` after every pass.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
