@@ -214,7 +214,11 @@ def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path
 
     monkeypatch.setattr(ab, "run_pairs", interrupted)
     assert ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path)]) == 0
-    assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in (tmp_path / "ab.md").read_text()
+    md = (tmp_path / "ab.md").read_text()
+    assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in md
+    # one of the two rounds asked for: the header and the saved record say so
+    assert md.startswith("1 of 2 rounds (ABBA; the run's time limit stopped the rest)")
+    assert json.loads((tmp_path / "ab.json").read_text())["interrupted"] is True
 
 
 def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path, fake_server):  # noqa: F811

@@ -363,8 +363,18 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
     _run_wave(lanes, save, **measure_kw)
 
 
+def _rounds_text(results: dict) -> str:
+    # A time limit leaves ab.json with the rounds asked for: the header must not claim them all.
+    asked = results["rounds"]
+    if not results.get("interrupted"):
+        return f"{asked} rounds (ABBA)"
+    done = max((s["rounds"] for pair in results["pairs"].values()
+                for s in (pair.get("summary") or {}).values()), default=0)
+    return f"{done} of {asked} rounds (ABBA; the run's time limit stopped the rest)"
+
+
 def markdown(results: dict) -> str:
-    lines = [f"{results['rounds']} rounds (ABBA), {results['num_questions']} questions at parallel "
+    lines = [_rounds_text(results) + f", {results['num_questions']} questions at parallel "
              f"{results['parallel']}" + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
@@ -528,7 +538,8 @@ def main(argv=None) -> int:
         saved = Path(a.out) / "ab.json"
         if not saved.exists():
             raise
-        results = json.loads(saved.read_text())
+        results = {**json.loads(saved.read_text()), "interrupted": True}
+        saved.write_text(json.dumps(results, indent=1))
         print("interrupted: the table covers the passes measured so far")
     md = markdown(results)
     (Path(a.out) / "ab.md").write_text(md)
