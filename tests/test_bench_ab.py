@@ -217,7 +217,7 @@ def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path
     md = (tmp_path / "ab.md").read_text()
     assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in md
     # one of the two rounds asked for: the header and the saved record say so
-    assert md.startswith("1 of 2 rounds (ABBA; the run's time limit stopped the rest)")
+    assert md.startswith("1 of 2 rounds (ABBA; interrupted before the rest)")
     assert json.loads((tmp_path / "ab.json").read_text())["interrupted"] is True
 
 

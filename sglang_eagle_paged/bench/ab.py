@@ -364,13 +364,14 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
 
 
 def _rounds_text(results: dict) -> str:
-    # A time limit leaves ab.json with the rounds asked for: the header must not claim them all.
+    # An interrupt (the device scripts' time limit) leaves ab.json with the rounds asked for: the
+    # header must not claim them all.
     asked = results["rounds"]
     if not results.get("interrupted"):
         return f"{asked} rounds (ABBA)"
     done = max((s["rounds"] for pair in results["pairs"].values()
                 for s in (pair.get("summary") or {}).values()), default=0)
-    return f"{done} of {asked} rounds (ABBA; the run's time limit stopped the rest)"
+    return f"{done} of {asked} rounds (ABBA; interrupted before the rest)"
 
 
 def markdown(results: dict) -> str:
