@@ -158,7 +158,7 @@ def markdown(rows: list) -> str:
         s, u = r["rounds_pooled"], r["recordings_as_units"]
         lines.append(f"| {r['A']} | {r['B']} | {r.get('tokens') or '-'} | {r['parallel']} | {len(r['recordings'])} | "
                      f"{', '.join(f'{x:.3f}' for x in r['per_recording'])} | {s['rounds']} rounds | "
-                     f"{_interval(s)} | {_interval(u)} |")
+                     f"{_interval(s)} | {_interval(u) if u['rounds'] > 1 else '- (one recording)'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -127,7 +127,10 @@ def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_
     # the throughput pools keep the two output lengths apart
     rows = mod.pool(mod.pair_rounds([one, two, full]))
     assert [(r["tokens"], r["parallel"], len(r["recordings"])) for r in rows] == [(1, 1, 2), (256, 1, 1)]
-    assert "| on_p1 | on_p64 | 256 | 1 | 1 |" in mod.markdown(rows)
+    table = mod.markdown(rows)
+    assert "| on_p1 | on_p64 | 256 | 1 | 1 |" in table
+    # one recording has no spread between recordings: no interval rather than 0-inf
+    assert table.rstrip().endswith("| - (one recording) |")
 
 
 def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
