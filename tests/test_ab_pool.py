@@ -148,3 +148,32 @@ def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states
     nospec = rows["nospec_p64"]  # SGLang without speculation
     assert nospec["n"] == 12 and (nospec["mean"], nospec["low"], nospec["high"]) == pytest.approx(
         (0.59, 0.01, 1.18), abs=0.006)
+
+
+def test_the_committed_run_18_recordings_give_the_ratios_the_readme_states():
+    mod = _load()
+    results = ROOT / "bench" / "results"
+    plain = [results / run / d / "ab.json" for run, d in (
+        ("2026-11-30-h200-run13", "ab_testbed_p64_a"), ("2026-11-30-h200-run13", "ab_testbed_p64_b"),
+        ("2026-11-30-h200-run13", "ab_testbed_p64_c"), ("2026-12-01-h200-run14", "ab_testbed_p64_a"),
+        ("2026-12-01-h200-run14", "ab_testbed_p64_b"), ("2026-12-01-h200-run16", "ab_p64_a"),
+        ("2026-12-01-h200-run16", "ab_p64_b"), ("2026-12-01-h200-run17", "ab_p64_placed"),
+        ("2026-12-01-h200-run18", "ab_p64"))]
+    controls = [results / "2026-12-01-h200-run18" / d / "ab.json" for d in ("controls_nospec", "controls_topk1")]
+    if not all(p.exists() for p in plain + controls):
+        pytest.skip("results moved out of the tree (a device carry)")
+
+    def pooled(paths):
+        return {(r["B"], r["parallel"]): r["rounds_pooled"] for r in mod.pool(mod.pair_rounds(paths))}
+
+    def triple(s):
+        return s["ratio"], s["low"], s["high"]
+
+    nine = pooled(plain)
+    assert nine[("on_p64", 1)]["rounds"] == 105
+    assert triple(nine[("on_p64", 1)]) == pytest.approx((0.964, 0.945, 0.984), abs=0.0006)
+    assert triple(nine[("on_p64", 16)]) == pytest.approx((0.948, 0.922, 0.975), abs=0.0006)
+    sglang_alone = pooled(controls)  # nothing of ours on these paths: SGLang's own paged serving
+    assert triple(sglang_alone[("nospec_p64", 1)]) == pytest.approx((0.772, 0.687, 0.868), abs=0.0006)
+    assert triple(sglang_alone[("on_p64_k1", 1)]) == pytest.approx((0.843, 0.801, 0.888), abs=0.0006)
+    assert sglang_alone[("on_p64_k1", 1)]["rounds"] == 8
