@@ -42,9 +42,6 @@ def _forget_in_child() -> None:
     _state.update(installed=None, recorder=None)
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
-
-
 class _Recorder:
     def __init__(self, path: Path):
         self.path = path
@@ -104,6 +101,7 @@ def install_from_env() -> Path | None:
         logger.warning("[sglang-eagle-paged] %s=%s: cannot record the collector there: %s", ENV_VAR, target, exc)
         return None
     gc.callbacks.append(recorder.callback)
+    os.register_at_fork(after_in_child=_forget_in_child)  # only where recording: off, nothing is installed
     threading.Thread(target=recorder.run, name="sglang-eagle-paged-gc-stats", daemon=True).start()
     _state.update(installed=path, recorder=recorder)
     return path
@@ -124,16 +122,18 @@ def read_totals(directory) -> dict:
 def difference(before: dict, after: dict) -> dict:
     """Collections and milliseconds per generation between two :func:`read_totals`, summed over
     processes, and per process title (a process new since ``before`` counts from zero)."""
+    def add(bucket: dict, collections: int, ms: float) -> None:
+        bucket["collections"] += collections
+        bucket["ms"] = round(bucket["ms"] + ms, 3)
+
     total = {str(g): {"collections": 0, "ms": 0.0} for g in range(3)}
     by_title = {}
     for pid, snap in after.items():
         old = before.get(pid, {}).get("generations", {})
+        title = by_title.setdefault(snap.get("title") or str(pid), {"collections": 0, "ms": 0.0})
         for g, now in snap["generations"].items():
             d_n = now["collections"] - old.get(g, {}).get("collections", 0)
             d_ms = now["ms"] - old.get(g, {}).get("ms", 0.0)
-            total[g]["collections"] += d_n
-            total[g]["ms"] = round(total[g]["ms"] + d_ms, 3)
-            title = by_title.setdefault(snap.get("title") or str(pid), {"collections": 0, "ms": 0.0})
-            title["collections"] += d_n
-            title["ms"] = round(title["ms"] + d_ms, 3)
+            add(total[g], d_n, d_ms)
+            add(title, d_n, d_ms)
     return {"generations": total, "ms": round(sum(v["ms"] for v in total.values()), 3), "by_process": by_title}
