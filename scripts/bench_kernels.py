@@ -213,7 +213,7 @@ def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
     """
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-    from sglang_eagle_paged.harness import verify_compaction_pairs
+    from sglang_eagle_paged.tools.harness import verify_compaction_pairs
     from sglang_eagle_paged.kernels import KVBufferTable
     from sglang_eagle_paged.kernels.move_rows import move_kv_rows
 
@@ -249,9 +249,9 @@ def bench_verify_bookkeeping(shapes, gen):
     same inputs; first call includes Dynamo's or Triton's compile."""
     from sglang.srt.speculative import spec_utils
 
-    from sglang_eagle_paged.harness import verify_bookkeeping_inputs
+    from sglang_eagle_paged.tools.harness import verify_bookkeeping_inputs
     from sglang_eagle_paged.kernels.verify_bookkeeping import src_and_free_counts
-    from sglang_eagle_paged.verify_compaction import src_tgt_cache_loc_eager
+    from sglang_eagle_paged.adapters.v1.verify import src_tgt_cache_loc_eager
 
     rows = []
     for bs, draft_tokens, page in shapes:
@@ -337,7 +337,7 @@ def bench_assign(bs_list, page, topk, steps, gen):
 
 def preprocess_case(bs, page, topk, steps):
     """A harness holding bs requests of random prefix lengths, its worker, and one batch of them."""
-    from sglang_eagle_paged.harness import PagedTreeHarness
+    from sglang_eagle_paged.tools.harness import PagedTreeHarness
 
     h = PagedTreeHarness(page, topk, steps, num_tokens=max(1 << 16, bs * 4096 * 2), head_num=8, head_dim=128,
                          max_reqs=bs + 1, max_context_len=8192, device=DEV, kv_copy=True)
@@ -355,8 +355,8 @@ def bench_preprocess(shapes, steps, gen):
     """Ours vs SGLang's _draft_preprocess_decode on the same real pools and batch."""
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
 
-    from sglang_eagle_paged.mode import Mode
-    from sglang_eagle_paged.worker import draft_preprocess_decode
+    from sglang_eagle_paged.settings import Mode
+    from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
 
     stock = EAGLEWorker._draft_preprocess_decode
     stock = getattr(stock, "__wrapped__", stock)
@@ -430,8 +430,8 @@ def bench_fa3_replay(shapes, seed=0):
 
     from sglang.srt.layers.attention import flashattention_backend as fa3
 
-    from sglang_eagle_paged import fa3_metadata
-    from sglang_eagle_paged.harness import DraftInputStub, branch_slots, fa3_multi_step_backend
+    from sglang_eagle_paged.adapters.common import fa3_metadata
+    from sglang_eagle_paged.tools.harness import DraftInputStub, branch_slots, fa3_multi_step_backend
 
     sglang_replay = fa3.FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph
     compiled = fa3.draft_decode_set_expand_metadata
@@ -658,7 +658,7 @@ def main():
     import sglang
     import triton
 
-    from sglang_eagle_paged.harness import _ensure_global_server_args
+    from sglang_eagle_paged.tools.harness import _ensure_global_server_args
 
     _ensure_global_server_args()
     gen = torch.Generator().manual_seed(0)

@@ -129,7 +129,7 @@ def move_case(bs, page, topk, steps):
 
 
 def bookkeeping_case(bs, page, topk, steps):
-    from sglang_eagle_paged.harness import verify_bookkeeping_inputs
+    from sglang_eagle_paged.tools.harness import verify_bookkeeping_inputs
     from sglang_eagle_paged.kernels.verify_bookkeeping import src_and_free_counts
 
     draft_tokens = 64

@@ -22,7 +22,7 @@ sys.path.append(str(ROOT / "scripts" / "cpu_standins"))  # after site-packages, 
 import torch  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 
-from sglang_eagle_paged import kv_copy  # noqa: E402
+from sglang_eagle_paged.adapters.common import kv_copy  # noqa: E402
 
 
 def main():

@@ -34,8 +34,10 @@ _spec.loader.exec_module(bk)  # sets TRITON_INTERPRET on a machine without a GPU
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from sglang_eagle_paged import compat, verify_compaction, verify_free  # noqa: E402
-from sglang_eagle_paged.harness import paged_verify_inputs  # noqa: E402
+from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
+from sglang_eagle_paged.adapters.v1 import verify as verify_compaction  # noqa: E402
+from sglang_eagle_paged.adapters.v1 import verify as verify_free  # noqa: E402
+from sglang_eagle_paged.tools.harness import paged_verify_inputs  # noqa: E402
 from sglang_eagle_paged.kernels import verify_bookkeeping  # noqa: E402
 
 WAYS = ("sglang", "slot_list", "page_list", "page_1")

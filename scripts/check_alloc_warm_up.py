@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 def _timed_warm_up(device, page, max_batch) -> dict:
     import torch
 
-    from sglang_eagle_paged import allocator_warm_up, compat
+    from sglang_eagle_paged.adapters.v1 import sglang_warm_up as allocator_warm_up
+    from sglang_eagle_paged.adapters.v1 import sglang_api as compat
 
     compat.resolve(compat.ALLOC_EXTEND_KERNEL)  # SGLang's import and the CUDA context are not the warm-up's
     torch.zeros(1, device=device)
@@ -41,7 +42,7 @@ def _timed_warm_up(device, page, max_batch) -> dict:
 
 def _serve(device, page, max_batch) -> int:
     """Allocations of every batch size up to max_batch (harness.extend_batches); the slots handed out."""
-    from sglang_eagle_paged.harness import PagedTreeHarness
+    from sglang_eagle_paged.tools.harness import PagedTreeHarness
 
     h = PagedTreeHarness(page, 2, 1, num_tokens=1 << 20, device=device)
     return h.extend_batches(range(1, max_batch + 1), free=True)
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     import torch
 
     from sglang_eagle_paged.bench import triton_cache
-    from sglang_eagle_paged.harness import _ensure_global_server_args
+    from sglang_eagle_paged.tools.harness import _ensure_global_server_args
 
     _ensure_global_server_args()
     device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"

@@ -67,9 +67,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from sglang.srt.speculative.eagle_worker import EAGLEWorker
 
-    from sglang_eagle_paged.harness import PagedTreeHarness
-    from sglang_eagle_paged.mode import Mode
-    from sglang_eagle_paged.worker import draft_preprocess_decode
+    from sglang_eagle_paged.tools.harness import PagedTreeHarness
+    from sglang_eagle_paged.settings import Mode
+    from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
 
     stock = EAGLEWorker._draft_preprocess_decode
     stock = getattr(stock, "__wrapped__", stock)

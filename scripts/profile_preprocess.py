@@ -46,9 +46,9 @@ def host_samples(fn, reps):
 
 def parts(worker, batch):
     """The preprocess's parts as separate calls, on the same inputs as the whole (the free-list path)."""
-    from sglang_eagle_paged import worker as w
+    from sglang_eagle_paged.adapters.v1 import draft_preprocess as w
     from sglang_eagle_paged.kernels import assign_tree_draft_slots_from_free_pages
-    from sglang_eagle_paged.kv_copy import move_pairs
+    from sglang_eagle_paged.adapters.common.kv_copy import move_pairs
 
     page, topk, steps = worker.page_size, worker.topk, worker.speculative_num_steps
     free_pages = w._readable_free_pages(worker, batch)
@@ -72,9 +72,9 @@ def main():
     ap.add_argument("--reps", type=int, default=200)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    from sglang_eagle_paged.harness import _ensure_global_server_args
-    from sglang_eagle_paged.mode import Mode
-    from sglang_eagle_paged.worker import draft_preprocess_decode
+    from sglang_eagle_paged.tools.harness import _ensure_global_server_args
+    from sglang_eagle_paged.settings import Mode
+    from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
 
     _ensure_global_server_args()
     res = dict(device=torch.cuda.get_device_name() if bk.DEV == "cuda" else "cpu (Triton interpreter)",

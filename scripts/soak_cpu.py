@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """CPU soak of the paged tree-draft step: no leaked slots, no touched prefix.
 
-Drives ``sglang_eagle_paged.worker.draft_preprocess_decode`` (mode ON, the Triton
+Drives ``sglang_eagle_paged.adapters.v1.draft_preprocess.draft_preprocess_decode`` (mode ON, the Triton
 kernels under ``TRITON_INTERPRET=1``) on SGLang's real ``ReqToTokenPool``,
 ``MHATokenToKVPool`` and ``PagedTokenToKVPoolAllocator`` through
-:class:`sglang_eagle_paged.harness.PagedTreeHarness`, with a small scheduler
+:class:`sglang_eagle_paged.tools.harness.PagedTreeHarness`, with a small scheduler
 around it:
 
 - arrivals with random prompt lengths, a share of them 1-token prompts and exact
@@ -99,7 +99,7 @@ class Pool:
 
     def __init__(self, page, args, seed):
         import torch
-        from sglang_eagle_paged.harness import PagedTreeHarness
+        from sglang_eagle_paged.tools.harness import PagedTreeHarness
 
         self.torch = torch
         self.page = page
@@ -169,8 +169,8 @@ def run(args):
     import torch
 
     from sglang_eagle_paged.kernels.layout import extend_lens
-    from sglang_eagle_paged.mode import Mode
-    from sglang_eagle_paged.worker import draft_preprocess_decode
+    from sglang_eagle_paged.settings import Mode
+    from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
 
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)

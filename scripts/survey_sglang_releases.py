@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglang_eagle_paged import patching  # noqa: E402  (does not import sglang)
+from sglang_eagle_paged.tools import patching  # noqa: E402  (does not import sglang)
 
 try:
     from packaging.version import Version
@@ -397,7 +397,7 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "and reverting restores the tree byte for byte) and by the internals listed below; nothing has run "
         "on a GPU with them. Our worker runs on **0.5.8 .. 0.5.10.post1**, whose draft preprocess for "
         "page > 1 and topk > 1 is identical to 0.5.11's (compared function by function); on 0.5.7 and older "
-        "`sglang_eagle_paged.legacy` declines with a warning and `patch --apply` refuses, since those need "
+        "`sglang_eagle_paged.adapters.v1.legacy` declines with a warning and `patch --apply` refuses, since those need "
         "the adapters listed under \"Adapter needs\", which are not written.",
         "",
         "## Table",
@@ -431,7 +431,7 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "## Hook point of the patches",
         "",
         f"Each patch only appends a guarded block to `{patching.HOOK_FILE}` that imports "
-        "`sglang_eagle_paged.legacy` and calls `install_legacy()` (a missing `sglang_eagle_paged` is "
+        "`sglang_eagle_paged.adapters.v1.legacy` and calls `install_legacy()` (a missing `sglang_eagle_paged` is "
         "ignored, so uninstalling the package without `--revert` leaves stock SGLang behaviour). That module "
         "is imported by the scheduler subprocess itself (`scheduler.py` / `spec_info.py` import "
         "`EAGLEWorker` lazily when they build the draft worker), so the hook runs in the process that needs it, "
@@ -446,7 +446,7 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "",
         "## Adapter needs per release line",
         "",
-        "Consecutive releases grouped by the internals a version adapter in `sglang_eagle_paged.legacy` "
+        "Consecutive releases grouped by the internals a version adapter in `sglang_eagle_paged.adapters.v1.legacy` "
         f"depends on; the last bullet compares each line with {ref['version']}:",
         "",
     ]

@@ -33,3 +33,21 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=reason)
         for item in gpu_items:
             item.add_marker(skip)
+
+
+# tests/ on the path, so that every test file imports ``helpers`` wherever it sits.
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment(monkeypatch):
+    """Serving parses the environment once per process; a test that sets a variable expects it
+    to count, so within tests every read parses again (``tests/test_settings.py`` checks the
+    cached form itself)."""
+    from sglang_eagle_paged import settings
+
+    monkeypatch.setattr(settings, "current", settings.parse)
+    yield

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged import compat
+from sglang_eagle_paged.adapters.v1 import sglang_api as compat
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -34,7 +34,7 @@ from sglang.srt.speculative.standalone_worker import StandaloneWorker
 import sglang.srt.layers.attention.flashattention_backend as fa3
 from sglang.srt.plugins.hook_registry import HookRegistry
 import sglang_eagle_paged.plugin as plugin
-from sglang_eagle_paged import kv_copy
+from sglang_eagle_paged.adapters.common import kv_copy
 print("RESULT " + json.dumps({{
     "entry_points": sorted(f"{{ep.name}}={{ep.value}}" for ep in entry_points(group="sglang.srt.plugins")),
     "draft": hasattr(EAGLEWorker._draft_preprocess_decode, "__wrapped__"),
@@ -50,9 +50,7 @@ print("RESULT " + json.dumps({{
                           and __import__("sglang.srt.speculative.eagle_info", fromlist=["x"]).get_src_tgt_cache_loc
                           is __import__("sglang.srt.speculative.spec_utils", fromlist=["x"]).get_src_tgt_cache_loc,
     # None where eagle_info's verify reaches the page-list split and free (verify_free.py)
-    "verify_free": __import__("sglang_eagle_paged.verify_free", fromlist=["x"]).hooks_in_place(),
-    "verify_alloc": hasattr(__import__("sglang.srt.speculative.eagle_info", fromlist=["x"])
-                            .EagleVerifyInput.prepare_for_verify, "__wrapped__"),
+    "verify_free": __import__("sglang_eagle_paged.adapters.v1.verify", fromlist=["x"]).hooks_in_place(),
     "mode": plugin.active_mode(),
     "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
     "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
@@ -60,15 +58,19 @@ print("RESULT " + json.dumps({{
 """
 
 LOAD = "from sglang.srt.plugins import load_plugins; load_plugins()"
-OLD_SGLANG = "import sglang_eagle_paged.compat as c; c.sglang_version = lambda: '0.5.10'"
-BAD_TARGET = "import sglang_eagle_paged.compat as c; c.DRAFT_PREPROCESS = c.EAGLE_WORKER + '._no_such_method'"
+OLD_SGLANG = "import sglang_eagle_paged.releases as r; r.installed_version = lambda: '0.5.7'"
+PATCHED_SGLANG = "import sglang_eagle_paged.releases as r; r.installed_version = lambda: '0.5.10'"
+# A release newer than the last tested one whose hook points differ: here, as the v2 check would say.
+CHANGED_SGLANG = ("import sglang_eagle_paged.releases as r; r.installed_version = lambda: '0.5.99'; "
+                  "import sglang_eagle_paged.adapters.v2.hook_points as h; "
+                  "h.check_hook_points = lambda v: 'duplicate_prefix_tail_to_draft_branches changed'")
+BAD_TARGET = "import sglang_eagle_paged.adapters.v1.sglang_api as c; c.DRAFT_PREPROCESS = c.EAGLE_WORKER + '._no_such_method'"
 
 
 def _env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
-                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE",
-                        "SGLANG_EAGLE_PAGED_VERIFY_ALLOC")}
+                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE")}
     env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
@@ -87,13 +89,15 @@ CASES = {
     "invalid": (_py(), {"SGLANG_EAGLE_PAGED": "bogus"}),
     "old_default": (_py(OLD_SGLANG), {}),
     "old_on": (_py(OLD_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
+    "patched_release": (_py(PATCHED_SGLANG), {}),
+    "changed_on": (_py(CHANGED_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
+    "verify_free_bogus": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "sometimes"}),
     "bad_target": (_py(BAD_TARGET), {}),
     "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
     "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
     "check_prefix": (_py(), {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}),
     "verify_free_off": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}),
-    "verify_alloc_on": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_ALLOC": "1"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -164,12 +168,13 @@ def test_mode_fake_hooks_the_same_targets_as_on(runs):
 def test_fa3_metadata_replacement_is_fused_by_default_and_can_be_turned_off(runs):
     r = result(runs["default"])
     assert r["fa3_expand"] is True and r["fa3_fused"] is True
-    assert "fa3 draft replay metadata=fused" in runs["default"].stderr
+    assert "fa3 metadata=fused" in runs["default"].stderr
     r = result(runs["fa3_sglang"])
     assert r["fa3_expand"] is False and r["fa3_fused"] is False and subset(r, ALL_ON) == ALL_ON
     r = result(runs["fa3_expand"])
     assert r["fa3_expand"] is True and subset(r, ALL_ON) == ALL_ON
-    assert "fa3 expand metadata=one-launch kernel" in runs["fa3_expand"].stderr
+    assert "fa3 metadata=expand" in runs["fa3_expand"].stderr and r["fa3_fused"] is False
+    assert "fa3 metadata=SGLang's" in runs["fa3_sglang"].stderr
     p = runs["fa3_expand_bogus"]
     assert p.returncode != 0 and "SGLANG_EAGLE_PAGED_FA3_EXPAND" in p.stderr
 
@@ -189,9 +194,10 @@ def test_verify_page_list_free_hooks_unless_turned_off(runs):
     assert subset(r, {**ALL_ON, "verify_free": None}) == {**ALL_ON, "verify_free": r["verify_free"]}
 
 
-def test_verify_allocation_hooks_only_when_asked(runs):
-    assert result(runs["verify_alloc_on"])["verify_alloc"] is True
-    assert result(runs["default"])["verify_alloc"] is False
+def test_an_unknown_boolean_stops_start_up_naming_the_variable(runs):
+    p = runs["verify_free_bogus"]
+    assert p.returncode != 0 and "RESULT" not in p.stdout
+    assert "SGLANG_EAGLE_PAGED_VERIFY_FREE='sometimes'" in p.stderr and "1/on/true/yes" in p.stderr
 
 
 def test_invalid_mode_exits_naming_valid_values(runs):
@@ -208,30 +214,26 @@ def test_unsupported_version_goes_inactive_with_warning(runs):
     r = result(p)
     assert subset(r, NONE) == NONE and r["mode"] == "inactive"
     warnings = [line for line in p.stderr.splitlines() if line.startswith("WARNING:sglang_eagle_paged")]
-    assert any("inactive" in w and "0.5.10" in w for w in warnings), p.stderr[-3000:]
+    assert len([w for w in warnings if "inactive" in w]) == 1 and "0.5.7" in warnings[0], p.stderr[-3000:]
 
 
 def test_unsupported_version_with_explicit_on_exits(runs):
     p = runs["old_on"]
     assert p.returncode != 0 and "RESULT" not in p.stdout
-    assert "0.5.10" in p.stderr and compat.SUPPORTED_RANGE in p.stderr
-    assert "SGLANG_EAGLE_PAGED=off" in p.stderr
+    assert "SGLANG_EAGLE_PAGED=on but SGLang 0.5.7 is older than 0.5.8" in p.stderr
+    assert "SGLANG_EAGLE_PAGED=off" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.mark.parametrize("version,ok", [
-    ("0.5.10", False), ("0.5.11rc0", False), ("0.5.11", True), ("0.5.11.post1", True), ("0.5.12", True),
-    ("0.5.12.post1", True), ("0.5.12.post2", False), ("0.5.13", False), ("0.6.0", False),
-])
-def test_version_problem(version, ok):
-    problem = compat.version_problem(version)
-    if ok:
-        assert problem is None
-    else:
-        assert version in problem and compat.SUPPORTED_RANGE in problem
+def test_a_patched_release_is_left_to_the_patch(runs):
+    r = result(runs["patched_release"])
+    assert subset(r, NONE) == NONE and r["mode"] == "inactive"
+    assert "patch --apply" in runs["patched_release"].stderr
 
 
-def test_installed_version_is_supported():
-    assert compat.version_problem() is None and compat.sglang_version() is not None
+def test_a_newer_release_with_changed_hook_points_is_refused_when_asked_for(runs):
+    p = runs["changed_on"]
+    assert p.returncode != 0 and "RESULT" not in p.stdout
+    assert "0.5.99 is newer than 0.5.23" in p.stderr and "duplicate_prefix_tail_to_draft_branches changed" in p.stderr
 
 
 # --- a hook that cannot be applied ---------------------------------------------------------
@@ -249,7 +251,8 @@ def test_doctor(runs):
     p = runs["doctor"]
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "all checks passed" in p.stdout
-    for target in (compat.DRAFT_PREPROCESS, compat.MOVE_KV_CACHE, compat.SPEC_ARGS_CHECK):
+    for target in (compat.DRAFT_PREPROCESS, "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.move_kv_cache",
+                   compat.SPEC_ARGS_CHECK):
         assert any(line.startswith("[ok  ] hook") and target in line for line in p.stdout.splitlines()), target
     assert "[ok  ] kernel self-test" in p.stdout
 

@@ -18,7 +18,7 @@ from sglang_eagle_paged.bench.server import (
     mode_env,
     num_draft_tokens_for,
 )
-from sglang_eagle_paged.mode import current_mode
+from sglang_eagle_paged import settings
 
 
 def testbed_path(name: str) -> Path:
@@ -83,7 +83,7 @@ def run(args) -> int:
     missing = [str(p) for given, p in ((args.model_path, target), (args.speculative_draft_model_path, draft))
                if not given and not p.exists()]
     backend = pick_attention_backend() if args.attention_backend == "auto" else args.attention_backend
-    mode = args.mode or current_mode().value
+    mode = args.mode or settings.current().mode.value
     server_args = eagle_server_args(
         model_path=str(target), draft_model_path=str(draft), host=args.host, port=args.port,
         page_size=args.page_size, topk=args.speculative_eagle_topk, steps=args.speculative_num_steps,
@@ -101,10 +101,11 @@ def run(args) -> int:
               + "\npass --model-path and --speculative-draft-model-path for your own target/draft pair",
               file=sys.stderr)
         return 2
-    from ..server_args_gate import ALLOW_TRITON_ENV
+    from ..settings import ALLOW_TRITON as ALLOW_TRITON_ENV
+    from ..settings import current as current_settings
 
     if backend == "triton" and args.speculative_eagle_topk > 1 and args.page_size > 1 \
-            and os.environ.get(ALLOW_TRITON_ENV) != "1" and not args.dry_run:
+            and not current_settings().allow_triton and not args.dry_run:
         print(f"only the triton attention backend is available here; EAGLE topk > 1 with page > 1 on triton "
               f"is not yet proven by the GPU suite: set {ALLOW_TRITON_ENV}=1 to try it, or pass "
               f"--page-size 1 / --speculative-eagle-topk 1", file=sys.stderr)

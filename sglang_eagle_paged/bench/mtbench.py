@@ -43,6 +43,14 @@ class QuestionsNotFound(RuntimeError):
     pass
 
 
+
+def _client_mode():
+    """SGLANG_EAGLE_PAGED as this client saw it (None: unset), for the record."""
+    from .. import settings
+
+    s = settings.parse()
+    return s.mode.value if s.mode_explicit else None
+
 def find_question_file(search_path: Sequence[str] | None = None) -> Path:
     """Locate MT-bench's question.jsonl inside the installed evaluator package.
 
@@ -358,7 +366,7 @@ def metadata(server_info: dict | None, extra: dict | None = None) -> dict:
         "gpu": summary.get("gpu"),
         "versions": {d: _version(d) for d in ("sglang", "torch", "sglang-eagle-paged", "sgl-kernel", "flashinfer-python")},
         "command": shlex.join(sys.argv),
-        "client_mode_env": os.environ.get("SGLANG_EAGLE_PAGED"),
+        "client_mode_env": _client_mode(),
         **(extra or {}),
     }
 

@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from sglang_eagle_paged.mode import ENV_VAR
+from sglang_eagle_paged.settings import MODE as ENV_VAR
 
 
 class ServerStartError(RuntimeError):

@@ -11,10 +11,9 @@
   (normal and expand), in one launch; with its torch reference.
 - :mod:`.tree_extension` the paged allocator's ``seq_lens`` and ``last_loc`` for a
   tree-draft extension, in one launch.
-- :mod:`.tree_alloc` the slots the paged allocator would hand out for a tree-draft
-  extension, read from its free pages without allocating, in one launch.
-- :mod:`.free_page_slots` the formula of those slots, as Triton helpers that
-  :mod:`.tree_alloc` and :mod:`.assign` share.
+- :mod:`.free_page_slots` the slots the paged allocator would hand out for a tree-draft
+  extension, read from its free pages without allocating, as Triton helpers that
+  :mod:`.assign` inlines.
 - :mod:`.move_rows` the post-verify KV move (overlapping pairs, SGLang's chunked
   read-before-write order), one launch per chunk.
 - :mod:`.verify_bookkeeping` the paged verify's source slots and per-request free
@@ -22,15 +21,14 @@
 - :mod:`.launch` how the others launch: through the compiled variant's launcher once
   Triton has resolved the variant, skipping its per-call argument binding.
 
-Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.worker``
-(``sglang_eagle_paged.fa3_metadata`` for the FA3 metadata kernels,
-``sglang_eagle_paged.kv_copy`` and ``sglang_eagle_paged.verify_compaction`` for the verify's).
+Everything here is free of SGLang imports: the glue lives in ``sglang_eagle_paged.adapters``
+(``adapters.v1.draft_preprocess`` and ``adapters.v2`` for the draft step, ``adapters.common`` for
+the pool copy and the FA3 metadata, ``adapters.v1.verify`` for the verify's bookkeeping).
 """
 
 from .assign import TreeDraftLayout, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, pair_capacity
 from .draft_decode_metadata import draft_decode_metadata, draft_decode_metadata_reference
 from .duplicate import KVBufferTable, duplicate_kv_pairs
-from .tree_alloc import tree_slots_from_free_pages
 from .tree_extension import TreeExtension, tree_extension
 from .verify_bookkeeping import src_and_free_counts
 
@@ -45,6 +43,5 @@ __all__ = [
     "draft_decode_metadata_reference",
     "TreeExtension",
     "tree_extension",
-    "tree_slots_from_free_pages",
     "src_and_free_counts",
 ]

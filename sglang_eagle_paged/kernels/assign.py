@@ -13,7 +13,7 @@ Two variants of one kernel, by where the extension's slots come from:
 - :func:`assign_tree_draft_slots_from_free_pages`: the allocator's free pages, each slot
   computed where it is used by the formula of :mod:`.free_page_slots` (what ``alloc_extend``
   would return, allocating nothing). This saves the draft step a launch and a tensor
-  against :func:`.tree_alloc.tree_slots_from_free_pages` followed by the first variant:
+  against ``tree_slots_from_free_pages`` (``tests/helpers/tree_alloc.py``) followed by the first variant:
   67 against 112 us of host time per call (H200, Triton 3.6, 2026-11-30, bs 1 to 256,
   page 64 and 128, topk 8, steps 5; same results on 108 random batches).
 
@@ -170,7 +170,7 @@ def assign_tree_draft_slots_from_free_pages(
     """:func:`assign_tree_draft_slots` on the slots SGLang's paged allocator would hand out, in one launch.
 
     The same result as :func:`assign_tree_draft_slots` given
-    :func:`.tree_alloc.tree_slots_from_free_pages`'s output, without building it; nothing of
+    ``tree_slots_from_free_pages`` (``tests/helpers/tree_alloc.py``)'s output, without building it; nothing of
     the allocator changes. ``free_pages`` must hold at least ``new_pages(seq_lens).sum()``
     pages (:func:`.layout.new_pages`; the caller checks, on the host).
     """

@@ -11,7 +11,7 @@ with ``out_start`` and ``page_start`` exclusive prefix sums over the requests be
 ``extend_len`` and ``new_pages`` (:mod:`.layout`). The new length is page-aligned, so SGLang's
 part 3 (a new partial page) never happens.
 
-The formula lives here only: :mod:`.tree_alloc` writes it out as a tensor, and :mod:`.assign`'s
+The formula lives here only: the test helper ``tests/helpers/tree_alloc.py`` writes it out as a tensor, and :mod:`.assign`'s
 free-page variant evaluates it where each slot is used, so no such tensor is ever built.
 Lengths are never negative, so Triton's truncating ``//`` and ``%`` are torch's floor ones.
 """

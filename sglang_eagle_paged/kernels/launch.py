@@ -15,17 +15,14 @@ must) and keeps the compiled variant it returns; later calls with that key go st
 variant's launcher. Every other call goes through Triton: the interpreter, a launch hook set
 (a profiler's), an argument of another type, a kernel that specialises on values, a Triton
 release other than the one this was checked on (3.6, whose launcher's calling convention it
-uses), or ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH=0``. Triton's debug and instrumentation settings
+uses), or ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH=0`` (read once, from :mod:`sglang_eagle_paged.settings`). Triton's debug and instrumentation settings
 are those of a variant's first launch.
 """
-
-import os
 
 import torch
 import triton
 from triton import knobs
 
-ENV_VAR = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
 CHECKED_TRITON = ("3.6",)
 
 _UNSUPPORTED = object()
@@ -74,14 +71,19 @@ _launches = {}
 
 
 def _enabled() -> bool:
+    from ..settings import current  # the package's settings: no SGLang import
+
     release = ".".join(triton.__version__.split(".")[:2])
-    return release in CHECKED_TRITON and os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+    return release in CHECKED_TRITON and current().direct_launch
 
 
-_ENABLED = _enabled()
+_ENABLED = None  # decided at the first launch (settings are read once, not at import)
 
 
 def _fast_path_possible(kernel) -> bool:
+    global _ENABLED
+    if _ENABLED is None:
+        _ENABLED = _enabled()
     if not _ENABLED or not hasattr(kernel, "device_caches"):  # the interpreter's kernels: no variants
         return False
     # Triton 3.6 keeps launch hooks in (normally empty) chains; a profiler adds to them

@@ -81,7 +81,7 @@ def tree_extension_ref(req_to_token, req_pool_indices, seq_lens, page_size: int,
 
 def tree_slots_from_free_pages_ref(req_to_token, req_pool_indices, seq_lens, free_pages, page_size: int,
                                    topk: int, steps: int) -> torch.Tensor:
-    """Same contract as :func:`..tree_alloc.tree_slots_from_free_pages`, one request at a time:
+    """Same contract as ``tests/helpers/tree_alloc.py``, one request at a time:
     the rest of the prefix's partial page, then whole pages from the free list in order."""
     out, next_page = [], 0
     free = free_pages.cpu().long().tolist()

@@ -23,7 +23,7 @@ REPLAY = os.environ.get("REL_REPLAY")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from sglang_eagle_paged import prefix_check  # noqa: E402
+from sglang_eagle_paged.adapters.common import prefix_check  # noqa: E402
 from sglang_eagle_paged.bench import parity, stress  # noqa: E402
 from sglang_eagle_paged.bench.e2e import NEAR_TIE, RunConfig, agreement, no_worse_agreement, run_agreement  # noqa: E402
 from sglang_eagle_paged.bench.mtbench import load_questions  # noqa: E402
@@ -48,9 +48,9 @@ PARITY_TOL = 0.03
 # come after and win).
 EAGLE = dict(topk=8, steps=5, num_draft_tokens=64, backend="fa3")
 INFO = ["--log-level", "info"]
-# The debug prefix check (sglang_eagle_paged.prefix_check) on the servers that retract and abort
+# The debug prefix check (sglang_eagle_paged.adapters.common.prefix_check) on the servers that retract and abort
 # most; its periodic line is INFO, hence INFO logs there too.
-CHECK_PREFIX = {prefix_check.ENV_VAR: "1"}
+CHECK_PREFIX = {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}
 
 
 # --mem-fraction-static is what SGLang demands free at start-up (total x (1 - fraction)); the pools
@@ -450,14 +450,14 @@ def test_prefix_kv_unchanged_by_every_draft_and_verify(request, name):
     draft and verify step: some steps checked, no prefix byte changed."""
     rec = _ok(request.getfixturevalue(PREFIX_CHECKED[name]), name)
     scan = rec["log_scan"]
-    if REPLAY and (rec["config"].get("env") or {}).get(prefix_check.ENV_VAR) != "1":
-        pytest.skip(f"{name}: recorded without {prefix_check.ENV_VAR}=1 (before the prefix check was wired in)")
+    if REPLAY and (rec["config"].get("env") or {}).get("SGLANG_EAGLE_PAGED_CHECK_PREFIX") != "1":
+        pytest.skip(f"{name}: recorded without {"SGLANG_EAGLE_PAGED_CHECK_PREFIX"}=1 (before the prefix check was wired in)")
     if REPLAY and "prefix_checks" not in scan:
         pytest.skip(f"{name}: its log was scanned before scan_log read prefix-check lines, and no logs/ to rescan")
     checks = scan["prefix_checks"]
     print(f"{name}: prefix checks {checks}; violation lines {scan['prefix_violations']}")
     assert checks, (f"{name}: no '[sglang-eagle-paged] prefix check:' line in {rec['log']} "
-                    f"(wanted with {prefix_check.ENV_VAR}=1 and --log-level info)")
+                    f"(wanted with {"SGLANG_EAGLE_PAGED_CHECK_PREFIX"}=1 and --log-level info)")
     assert all(c["steps"] > 0 and c["requests"] > 0 for c in checks.values()), checks
     assert all(c["violations"] == 0 for c in checks.values()), (checks, scan["examples"]["prefix_violation"])
     assert scan["prefix_violations"] == 0, scan["examples"]["prefix_violation"]

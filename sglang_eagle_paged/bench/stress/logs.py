@@ -12,7 +12,7 @@ configures logging (``configure_logger``), so an INFO line from the plugin's ``r
 dropped there: run 4's logs, ``--log-level info`` included, hold no plugin line at all.
 
 ``prefix_checks`` (rank -> last reported steps, requests, violations) and ``prefix_violations`` (ERROR
-lines) come from :mod:`sglang_eagle_paged.prefix_check`, on with ``SGLANG_EAGLE_PAGED_CHECK_PREFIX=1``;
+lines) come from :mod:`sglang_eagle_paged.adapters.common.prefix_check`, on with ``SGLANG_EAGLE_PAGED_CHECK_PREFIX=1``;
 its periodic line is INFO, so the server needs ``--log-level info``.
 """
 

@@ -1,0 +1,103 @@
+"""The one place that knows SGLang's releases: which generation each belongs to and which
+adapter serves it.
+
+| releases                 | generation | how the plugin gets in                                  |
+|--------------------------|------------|---------------------------------------------------------|
+| 0.5.8 .. 0.5.10.post1    | v1         | ``sglang-eagle-paged patch --apply`` (no plugin API)    |
+| 0.5.11 .. 0.5.12.post1   | v1         | ``sglang.srt.plugins`` entry point                      |
+| 0.5.13 .. 0.5.23         | v2         | ``sglang.srt.plugins`` entry point                      |
+| newer than 0.5.23        | v2         | only where every v2 hook point is unchanged (checked)   |
+
+Each adapter (``adapters.v1``, ``adapters.v2``) owns its hooks; this module only picks one.
+"""
+
+import functools
+import importlib
+import importlib.metadata
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+V1_PATCHED = (Version("0.5.8"), Version("0.5.10.post1"))
+V1_PLUGIN = (Version("0.5.11"), Version("0.5.12.post1"))
+V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
+# Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
+# decode_batch_idx, where the helpers live) and no patch is shipped for them.
+OLDEST = V1_PATCHED[0]
+
+ADAPTERS = {"v1": "sglang_eagle_paged.adapters.v1", "v2": "sglang_eagle_paged.adapters.v2"}
+
+
+@dataclass(frozen=True)
+class Support:
+    version: str | None
+    generation: str | None   # "v1", "v2" or None (not served)
+    route: str               # "plugin", "patch", "untested" (newer, identical hook points) or "none"
+    problem: str | None = None  # why not served, in one line (None: served)
+
+    @property
+    def adapter(self) -> str | None:
+        return ADAPTERS.get(self.generation) if self.problem is None else None
+
+    def describe(self) -> str:
+        if self.problem:
+            return self.problem
+        how = {"plugin": "through the plugin entry point", "patch": "through the patch (no plugin API)",
+               "untested": "untested release, its v2 hook points identical to 0.5.23's"}[self.route]
+        return f"SGLang {self.version}: {self.generation} worker, {how}"
+
+
+@functools.lru_cache(maxsize=1)
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _within(v: Version, bounds) -> bool:
+    return bounds[0] <= v <= bounds[1]
+
+
+def support(version: str | None = None, *, check_hook_points=None) -> Support:
+    """How ``version`` (default: the installed SGLang) is served.
+
+    ``check_hook_points(version) -> str | None`` decides a release newer than the last tested
+    one (default: the v2 adapter's own check, which imports SGLang)."""
+    version = installed_version() if version is None else version
+    if version is None:
+        return Support(None, None, "none", "SGLang is not installed")
+    v = Version(version)
+    if _within(v, V1_PLUGIN):
+        return Support(version, "v1", "plugin")
+    if _within(v, V2_TESTED):
+        return Support(version, "v2", "plugin")
+    if _within(v, V1_PATCHED):
+        return Support(version, "v1", "patch")
+    if v < OLDEST:
+        return Support(version, None, "none",
+                       f"SGLang {version} is older than {OLDEST}, the oldest release served "
+                       f"({OLDEST} .. {V1_PATCHED[1]} through `sglang-eagle-paged patch --apply`)")
+    if check_hook_points is None:
+        check_hook_points = importlib.import_module(ADAPTERS["v2"] + ".hook_points").check_hook_points
+    changed = check_hook_points(version)
+    if changed:
+        return Support(version, None, "none",
+                       f"SGLang {version} is newer than {V2_TESTED[1]} and its draft hook points changed "
+                       f"({changed}); SGLang's own path serves")
+    return Support(version, "v2", "untested")
+
+
+def patched_release(version: str | None = None) -> str | None:
+    """None where ``version`` is a pre-plugin release the patch serves; else why not."""
+    s = support(version, check_hook_points=lambda _v: "not a patched release")
+    if s.problem:
+        return s.problem
+    if s.route != "patch":
+        return (f"SGLang {s.version} loads the plugin through its entry point; no patch is needed "
+                f"(the patch serves {V1_PATCHED[0]} .. {V1_PATCHED[1]})")
+    return None
+
+
+def adapter_module(s: Support):
+    return importlib.import_module(s.adapter)

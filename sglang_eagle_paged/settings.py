@@ -1,0 +1,125 @@
+"""Every environment variable the plugin reads, parsed once, with one rule.
+
+User settings:
+
+- ``SGLANG_EAGLE_PAGED`` = ``on`` (default) | ``off`` (SGLang untouched) | ``fake``.
+- ``SGLANG_EAGLE_PAGED_ALLOW_TRITON`` (v1 releases): let the triton backend draft a paged tree.
+- ``SGLANG_EAGLE_PAGED_CHECK_PREFIX``: the debug check that a step leaves every prefix's KV as it was.
+
+Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
+``SGLANG_EAGLE_PAGED_FA3_EXPAND``, ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``.
+
+Booleans take ``1/on/true/yes`` and ``0/off/false/no`` (any case); unset or empty is the
+default. Any other value raises :class:`SettingsError`, whose one line names the variable
+and its allowed values: the plugin stops start-up with it rather than guess.
+"""
+
+import functools
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+MODE = "SGLANG_EAGLE_PAGED"
+ALLOW_TRITON = "SGLANG_EAGLE_PAGED_ALLOW_TRITON"
+CHECK_PREFIX = "SGLANG_EAGLE_PAGED_CHECK_PREFIX"
+FA3_EXPAND = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
+VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
+DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
+GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
+
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS)
+
+_TRUE = ("1", "on", "true", "yes")
+_FALSE = ("0", "off", "false", "no")
+
+
+class SettingsError(ValueError):
+    """A variable holds a value the plugin does not know."""
+
+
+class Mode(str, Enum):
+    # Real KV duplication (the default).
+    ON = "on"
+    # Stock SGLang, untouched: also the A/B baseline "SGLang's own".
+    OFF = "off"
+    # No draft-KV copy: reproduces the index-only bug so benchmarks can show what
+    # duplication buys. Never for serving.
+    FAKE = "fake"
+
+
+class FA3Expand(str, Enum):
+    FUSED = "fused"    # the whole round's replay metadata in one launch (default)
+    EXPAND = "expand"  # only the expand builder replaced
+    OFF = "off"        # SGLang's own builders
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: Mode = Mode.ON
+    mode_explicit: bool = False  # SGLANG_EAGLE_PAGED was set: failing to serve is then an error
+    allow_triton: bool = False
+    check_prefix: bool = False
+    fa3_expand: FA3Expand = FA3Expand.FUSED
+    fa3_expand_explicit: bool = False
+    verify_free: bool = True
+    direct_launch: bool = True
+    gc_stats_dir: str | None = None
+
+
+def _raw(env, name: str) -> str:
+    return (env.get(name) or "").strip().lower()
+
+
+def _bool(env, name: str, default: bool) -> bool:
+    raw = _raw(env, name)
+    if not raw:
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not one of: {'/'.join(_TRUE)} (true), {'/'.join(_FALSE)} (false)")
+
+
+def _choice(env, name: str, enum, default, aliases=None):
+    raw = _raw(env, name)
+    if not raw:
+        return default
+    raw = (aliases or {}).get(raw, raw)
+    try:
+        return enum(raw)
+    except ValueError:
+        allowed = [m.value for m in enum] + sorted(aliases or {})
+        raise SettingsError(f"{name}={raw!r} is not one of: {', '.join(allowed)}") from None
+
+
+def parse(env=None) -> Settings:
+    """The settings of ``env`` (default: ``os.environ``); raises :class:`SettingsError`."""
+    env = os.environ if env is None else env
+    # 1/on/0/off: the spellings FA3_EXPAND took before it had a fused mode
+    fa3_aliases = {**dict.fromkeys(_TRUE, "expand"), **dict.fromkeys(_FALSE, "off")}
+    gc_dir = (env.get(GC_STATS) or "").strip()
+    return Settings(
+        mode=_choice(env, MODE, Mode, Mode.ON),
+        mode_explicit=bool(_raw(env, MODE)),
+        allow_triton=_bool(env, ALLOW_TRITON, False),
+        check_prefix=_bool(env, CHECK_PREFIX, False),
+        fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, FA3Expand.FUSED, fa3_aliases),
+        fa3_expand_explicit=bool(_raw(env, FA3_EXPAND)),
+        verify_free=_bool(env, VERIFY_FREE, True),
+        direct_launch=_bool(env, DIRECT_LAUNCH, True),
+        gc_stats_dir=gc_dir or None,
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def current() -> Settings:
+    """This process's settings, parsed on first use (SGLang's processes inherit one environment)."""
+    return parse()
+
+
+def reload() -> Settings:
+    """Parse the environment again: for tests and tools that change it within one process."""
+    current.cache_clear()
+    return current()

@@ -1,0 +1,179 @@
+"""CPU tests of scripts/ab_pool.py: pooling bench.ab recordings across calls."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "ab_pool.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ab_pool", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _recording(path, b_name, ratios_by_parallel):
+    summary = {str(par): {"ratios": ratios} for par, ratios in ratios_by_parallel.items()}
+    rec = {"rounds": 2, "pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": b_name}, "summary": summary}}}
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def test_rounds_of_the_same_pair_and_parallelism_are_pooled(tmp_path):
+    mod = _load()
+    one = _recording(tmp_path / "1.json", "on_p64", {16: [0.9, 1.1], 1: [1.0, 1.02]})
+    two = _recording(tmp_path / "2.json", "on_p64", {16: [0.8, 0.85, 0.9]})
+    other = _recording(tmp_path / "3.json", "on_p128", {16: [1.2, 1.3]})
+    rows = {(r["B"], r["parallel"]): r for r in mod.pool(mod.pair_rounds([one, two, other]))}
+    assert set(rows) == {("on_p64", 16), ("on_p64", 1), ("on_p128", 16)}
+    p64 = rows["on_p64", 16]
+    assert p64["recordings"] == [one, two] and p64["rounds_pooled"]["rounds"] == 5
+    want = math.exp(sum(math.log(r) for r in [0.9, 1.1, 0.8, 0.85, 0.9]) / 5)
+    assert p64["rounds_pooled"]["ratio"] == pytest.approx(want, abs=1e-4)
+    # one geometric mean per recording, and an interval over the two of them
+    assert p64["per_recording"] == [pytest.approx(math.sqrt(0.99), abs=1e-4),
+                                    pytest.approx((0.8 * 0.85 * 0.9) ** (1 / 3), abs=1e-4)]
+    assert p64["recordings_as_units"]["rounds"] == 2
+    assert p64["recordings_as_units"]["low"] < p64["rounds_pooled"]["low"]  # fewer units: wider
+    assert rows["on_p64", 1]["recordings_as_units"]["high"] is None  # one recording says nothing of the noise
+    table = mod.markdown(list(rows.values()))
+    assert "| on_p1 | on_p64 | - | 16 | 2 |" in table and "not measured" not in table  # no output length recorded
+
+
+def test_the_committed_runs_give_the_pooled_numbers_their_readme_states():
+    mod = _load()
+    results = ROOT / "bench" / "results"
+    paths = [results / "2026-11-30-h200-run10/ab_testbed/ab.json",
+             results / "2026-11-30-h200-run11/ab_testbed_p64/ab.json",
+             results / "2026-11-30-h200-run12/ab_testbed_p64/ab.json"]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    rows = {r["parallel"]: r["rounds_pooled"] for r in mod.pool(mod.pair_rounds(paths))}
+    assert (rows[16]["ratio"], rows[16]["low"], rows[16]["high"]) == pytest.approx((0.9618, 0.9027, 1.0248))
+    assert (rows[1]["ratio"], rows[1]["low"], rows[1]["high"]) == pytest.approx((0.9698, 0.9361, 1.0048))
+
+
+def _fit_recording(path, diffs):
+    # one pass per side and round at parallel 1; B - A per round given by ``diffs``
+    passes = []
+    for r, (d_req, d_rnd) in enumerate(diffs):
+        for side, req, rnd in (("A", 10.0, 4.0), ("B", 10.0 + d_req, 4.0 + d_rnd)):
+            passes.append({"round": r, "side": side, "parallel": 1, "errors": 0,
+                           "latency_fit": {"per_request_ms": req, "per_round_ms": rnd}})
+    passes.append({"round": 9, "side": "A", "parallel": 1, "errors": 0,  # no B in round 9: not paired
+                   "latency_fit": {"per_request_ms": 99.0, "per_round_ms": 9.0}})
+    rec = {"pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"}, "passes": passes, "summary": {}}}}
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def test_fit_differences_pair_passes_by_round_and_pool_the_recordings(tmp_path):
+    mod = _load()
+    one = _fit_recording(tmp_path / "1.json", [(10.0, -0.1), (20.0, -0.2)])
+    two = _fit_recording(tmp_path / "2.json", [(30.0, -0.3)])
+    (row,) = mod.fit_differences([one, two])
+    assert (row["A"], row["B"], row["passes"]) == ("on_p1", "on_p64", 3)
+    assert row["per_request_ms"]["mean"] == pytest.approx(20.0)
+    assert row["per_round_ms"]["mean"] == pytest.approx(-0.2)
+    assert row["per_request_ms"]["low"] < 20.0 < row["per_request_ms"]["high"]
+    assert row["correlation"] == pytest.approx(-1.0)  # the differences trade off exactly here
+    assert "| on_p1 | on_p64 | 3 | +20.0 (" in mod.fits_markdown([row])
+
+
+def test_the_committed_runs_give_the_fit_differences_run_16_states():
+    mod = _load()
+    results = ROOT / "bench" / "results"
+    paths = [results / f"2026-11-30-h200-run13/ab_testbed_p64_{x}/ab.json" for x in "abc"]
+    paths += [results / f"2026-12-01-h200-run14/ab_testbed_p64_{x}/ab.json" for x in "ab"]
+    paths += [results / f"2026-12-01-h200-run16/ab_p64_{x}/ab.json" for x in "ab"]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    (row,) = mod.fit_differences(paths)
+    assert row["passes"] == 86 and row["correlation"] == pytest.approx(-0.87, abs=0.005)
+    assert (row["per_round_ms"]["mean"], row["per_round_ms"]["low"], row["per_round_ms"]["high"]) == pytest.approx(
+        (0.005, -0.190, 0.200), abs=0.0015)
+    assert (row["per_request_ms"]["mean"], row["per_request_ms"]["low"], row["per_request_ms"]["high"]) == \
+        pytest.approx((15.9, -1.6, 33.4), abs=0.06)
+
+
+def _probe_recording(path, tokens, ms_by_round):
+    # one parallel-1 pass per side and round; ms per request given as (A, B) per round
+    passes = [{"round": r, "side": side, "parallel": 1, "errors": 0, "output_throughput": 1000.0 / ms}
+              for r, ab in enumerate(ms_by_round) for side, ms in zip("AB", ab)]
+    passes.append({"round": 0, "side": "A", "parallel": 16, "errors": 0, "output_throughput": 1.0})  # not parallel 1
+    summary = {"1": {"ratios": [a / b for a, b in ms_by_round]}}
+    rec = {"max_new_tokens": tokens, "pairs": {"p": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"},
+                                                     "passes": passes, "summary": summary}}}
+    path.write_text(json.dumps(rec))
+    return str(path)
+
+
+def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_answers(tmp_path):
+    mod = _load()
+    one = _probe_recording(tmp_path / "1.json", 1, [(10.0, 11.0), (10.0, 12.0)])
+    two = _probe_recording(tmp_path / "2.json", 1, [(10.0, 13.0)])
+    full = _probe_recording(tmp_path / "3.json", 256, [(4.0, 4.4)])  # not a probe: no per-request reading
+    (row,) = mod.probe_differences([one, two, full])
+    s = row["per_request_ms"]
+    assert (row["A"], row["B"], s["n"]) == ("on_p1", "on_p64", 3) and s["mean"] == pytest.approx(2.0)
+    assert s["low"] < 2.0 < s["high"]
+    assert "| on_p1 | on_p64 | 3 | +2.00 (" in mod.probe_markdown([row])
+    # the throughput pools keep the two output lengths apart
+    rows = mod.pool(mod.pair_rounds([one, two, full]))
+    assert [(r["tokens"], r["parallel"], len(r["recordings"])) for r in rows] == [(1, 1, 2), (256, 1, 1)]
+    table = mod.markdown(rows)
+    assert "| on_p1 | on_p64 | 256 | 1 | 1 |" in table
+    # one recording has no spread between recordings: no interval rather than 0-inf
+    assert table.rstrip().endswith("| - (one recording) |")
+
+
+def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
+    mod = _load()
+    run = ROOT / "bench" / "results" / "2026-12-01-h200-run17"
+    paths = [run / d / "ab.json" for d in ("probe_a", "probe_b", "probe_aa", "probe_nospec")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    rows = {r["B"]: r["per_request_ms"] for r in mod.probe_differences(paths)}
+    assert rows["on_p64"]["n"] == 24 and rows["on_p1_r2"]["n"] == 12
+    assert (rows["on_p64"]["mean"], rows["on_p64"]["low"], rows["on_p64"]["high"]) == pytest.approx(
+        (1.22, 0.71, 1.73), abs=0.006)
+    assert (rows["on_p1_r2"]["mean"], rows["on_p1_r2"]["low"], rows["on_p1_r2"]["high"]) == pytest.approx(
+        (-0.65, -1.54, 0.24), abs=0.006)
+    nospec = rows["nospec_p64"]  # SGLang without speculation
+    assert nospec["n"] == 12 and (nospec["mean"], nospec["low"], nospec["high"]) == pytest.approx(
+        (0.59, 0.01, 1.18), abs=0.006)
+
+
+def test_the_committed_run_18_recordings_give_the_ratios_the_readme_states():
+    mod = _load()
+    results = ROOT / "bench" / "results"
+    plain = [results / run / d / "ab.json" for run, d in (
+        ("2026-11-30-h200-run13", "ab_testbed_p64_a"), ("2026-11-30-h200-run13", "ab_testbed_p64_b"),
+        ("2026-11-30-h200-run13", "ab_testbed_p64_c"), ("2026-12-01-h200-run14", "ab_testbed_p64_a"),
+        ("2026-12-01-h200-run14", "ab_testbed_p64_b"), ("2026-12-01-h200-run16", "ab_p64_a"),
+        ("2026-12-01-h200-run16", "ab_p64_b"), ("2026-12-01-h200-run17", "ab_p64_placed"),
+        ("2026-12-01-h200-run18", "ab_p64"))]
+    controls = [results / "2026-12-01-h200-run18" / d / "ab.json" for d in ("controls_nospec", "controls_topk1")]
+    if not all(p.exists() for p in plain + controls):
+        pytest.skip("results moved out of the tree (a device carry)")
+
+    def pooled(paths):
+        return {(r["B"], r["parallel"]): r["rounds_pooled"] for r in mod.pool(mod.pair_rounds(paths))}
+
+    def triple(s):
+        return s["ratio"], s["low"], s["high"]
+
+    nine = pooled(plain)
+    assert nine[("on_p64", 1)]["rounds"] == 105
+    assert triple(nine[("on_p64", 1)]) == pytest.approx((0.964, 0.945, 0.984), abs=0.0006)
+    assert triple(nine[("on_p64", 16)]) == pytest.approx((0.948, 0.922, 0.975), abs=0.0006)
+    sglang_alone = pooled(controls)  # nothing of ours on these paths: SGLang's own paged serving
+    assert triple(sglang_alone[("nospec_p64", 1)]) == pytest.approx((0.772, 0.687, 0.868), abs=0.0006)
+    assert triple(sglang_alone[("on_p64_k1", 1)]) == pytest.approx((0.843, 0.801, 0.888), abs=0.0006)
+    assert sglang_alone[("on_p64_k1", 1)]["rounds"] == 8

@@ -1,0 +1,433 @@
+"""The paired A/B throughput runner on the CPU: ABBA order, the interval and its verdict, and the
+orchestration with fake servers (both of a pair up for the whole measurement, stopped after)."""
+
+import json
+import math
+import os
+
+import pytest
+
+from sglang_eagle_paged.bench import ab, e2e
+from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
+from test_e2e_runner import FakeServer
+
+
+def _question_file(tmp_path):
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return qfile
+
+
+def _serve_fakes(monkeypatch, fake_server):
+    # every server bench.ab starts is a FakeServer answering on the fake SGLang's address
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+
+
+def _compile_late_kernel(out_dir, server):
+    # what a Triton compile leaves in the server's cache directory, as the runner reads it
+    entry = out_dir / "logs" / "triton_cache" / server / "h1"
+    entry.mkdir(parents=True)
+    (entry / "late_kernel.json").write_text("{}")
+
+
+def test_pass_order_is_abba():
+    assert ab.pass_order(3) == [(0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]
+
+
+def test_ratio_stats_interval_and_verdicts():
+    # Same ratio every round: no spread, the interval collapses onto it.
+    s = ab.ratio_stats([100.0, 200.0, 50.0], [110.0, 220.0, 55.0])
+    assert s["ratio"] == pytest.approx(1.1) and s["low"] == pytest.approx(1.1) and s["verdict"] == "B >= A"
+    assert ab.ratio_stats([100, 100, 100], [90, 91, 89])["verdict"] == "B < A"
+    # Spread around 1: level within the noise. The interval is the t-interval of the log ratios.
+    a, b = [100.0, 100.0, 100.0], [95.0, 105.0, 101.0]
+    s = ab.ratio_stats(a, b)
+    logs = [math.log(y / x) for x, y in zip(a, b)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
+    assert s["low"] == pytest.approx(math.exp(m - 4.303 * sd / math.sqrt(3)), abs=1e-4)
+    assert s["verdict"] == "level within the noise" and s["rounds"] == 3
+    # One round cannot show a difference; a missing pass drops its round.
+    one = ab.ratio_stats([100.0], [130.0])
+    assert one["verdict"] == "level within the noise" and one["high"] is None
+    assert ab.ratio_stats([100.0, None], [130.0, 120.0])["rounds"] == 1
+    assert ab.ratio_stats([], [])["verdict"] == "not measured"
+
+
+def test_round_rate_ratio_takes_acceptance_out_of_the_throughput_ratio():
+    # B is 10% faster per round but accepts 5% less every round: throughput 1.045x, round rate 1.1x
+    passes = [dict(round=r, side=s, parallel=16, output_throughput=t, acceptance_length=acc, errors=0)
+              for r in range(3) for s, t, acc in (("A", 200.0 + r, 2.0), ("B", (200.0 + r) * 1.1 * 0.95, 1.9))]
+    s = ab.summarize_pair(passes)["16"]
+    assert s["ratio"] == pytest.approx(1.045) and s["round_rate_ratio"] == pytest.approx(1.1)
+    assert s["round_rate_verdict"] == "B >= A"
+
+
+def test_summarize_pair_pairs_passes_of_the_same_round():
+    passes = [dict(round=r, side=s, parallel=p, output_throughput=t, acceptance_length=2.0, errors=0)
+              for r, s, p, t in [(0, "A", 16, 100), (0, "B", 16, 90), (0, "A", 1, 10), (0, "B", 1, 12),
+                                 (1, "B", 16, 99), (1, "A", 16, 110), (2, "A", 16, 500)]]  # round 2 has no B
+    s = ab.summarize_pair(passes)
+    assert list(s) == ["16", "1"]
+    assert s["16"]["rounds"] == 2 and s["16"]["ratios"] == [0.9, 0.9] and s["16"]["tps_A"] == 105
+    assert s["1"]["ratio"] == pytest.approx(1.2) and s["1"]["rounds"] == 1
+    # a pass with failed requests takes its round out of the ratio (its errors are still counted)
+    passes[1]["errors"] = 2
+    s = ab.summarize_pair(passes)
+    assert s["16"]["rounds"] == 1 and s["16"]["ratios"] == [0.9] and s["16"]["errors"] == 2
+
+
+def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
+    fit = lambda req, rnd: {"per_request_ms": req, "per_round_ms": rnd, "residual_ms": 0.1, "n": 8}  # noqa: E731
+    passes = [dict(round=r, side=s, parallel=1, output_throughput=10, acceptance_length=2.0, errors=0,
+                   latency_fit=f, compiled=c)
+              for r, s, f, c in [(0, "A", fit(10, 3.0), None), (0, "B", fit(30, 3.2), {"k": 2}),
+                                 (1, "B", fit(20, 3.4), None), (1, "A", fit(12, 3.0), {"k": 1, "j": 1})]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["per_request_ms_A"] == 11 and s["per_request_ms_B"] == 25
+    assert s["per_round_ms_A"] == 3.0 and s["per_round_ms_B"] == pytest.approx(3.3)
+    assert s["compiled_A"] == 2 and s["compiled_B"] == 2
+    md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
+                      "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "| a | b | 1 | 1.000x | 1.000-1.000 | 11.00 / 25.00 | 3.0000 / 3.3000 | 2 / 2 |" in md
+    # every round compiled on one side or the other: no ratio is left without them
+    assert s["rounds_without_compiles"] == 0 and s["ratio_without_compiles"] is None
+    assert "no round left" in md
+    # a pass record keeps the fit at parallel 1 only, and what compiled during it
+    bench = {"summary": {"output_throughput": 1.0, "latency_fit": fit(1, 2)}}
+    assert "latency_fit" in ab._pass_record(bench, "A", 0, 1) and "latency_fit" not in ab._pass_record(bench, "A", 0, 16)
+    assert ab._pass_record(bench, "A", 0, 16, {"k": 1})["compiled"] == {"k": 1}
+
+
+def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    _serve_fakes(monkeypatch, fake_server)
+    real = ab.run_benchmark
+    calls = []
+
+    def bench(base_url, qs, **kw):
+        FakeServer.events.append(("pass", kw["parallel"]))
+        calls.append(kw["parallel"])
+        if len(calls) == 7:  # after 4 warm-up passes: round 0's B pass at parallel 2 "compiles" a kernel
+            _compile_late_kernel(tmp_path / "ab", "pair0_B_on_p64")
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = _question_file(tmp_path)
+    p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
+    res = ab.run_pairs([(p1, p64)], target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2,
+                       parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile),
+                       settle=0)
+
+    assert json.loads((tmp_path / "ab" / "ab.json").read_text()) == res
+    a, b = FakeServer.started
+    for srv, page in ((a, "1"), (b, "64")):
+        assert srv.args[srv.args.index("--page-size") + 1] == page
+        assert "--sleep-on-idle" in srv.args and srv.args[srv.args.index("--base-gpu-id") + 1] == "0"
+    # Both are ready before anything is measured, and stopped only after the last pass.
+    ev = FakeServer.events
+    assert ev[:4] == [("start", a.name), ("start", b.name), ("ready", a.name), ("ready", b.name)]
+    last_pass = max(i for i, e in enumerate(ev) if e[0] == "pass")
+    assert all(e[0] == "pass" for e in ev[4:last_pass + 1])
+    assert {e[0] for e in ev[last_pass + 1:]} == {"terminate", "stop"}
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"], p["parallel"]) for p in pair["passes"]] == [
+        (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1), (1, "B", 2), (1, "B", 1), (1, "A", 2), (1, "A", 1)]
+    # the variant compiled during round 0's B pass at parallel 2 is charged to that pass alone
+    assert [p.get("compiled") for p in pair["passes"]] == [None, None, {"late_kernel": 1}] + [None] * 5
+    assert pair["passes"][2]["compiled_signatures"] == ["late_kernel: None"]  # no TTIR in this fake entry
+    assert pair["summary"]["2"]["compiled_B"] == 1 and pair["summary"]["2"]["compiled_A"] == 0
+    # warm-up: two mixes per server (the first fills all `parallel` slots), then the 8 passes
+    assert [e[1] for e in ev[4:last_pass + 1]] == [2, 3, 2, 3] + [2, 1] * 4
+    assert pair["summary"]["2"]["rounds"] == 2 and pair["summary"]["1"]["rounds"] == 2
+    md = ab.markdown(res)
+    assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
+    pytest.importorskip("matplotlib")
+    assert ab.plot(res, str(tmp_path / "ab.png")) and (tmp_path / "ab.png").stat().st_size > 0
+
+
+def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_named(monkeypatch, tmp_path,
+                                                                                 fake_server):  # noqa: F811
+    _serve_fakes(monkeypatch, fake_server)
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        calls.append((base_url, kw["parallel"], len(qs)))
+        if len(calls) == 3:  # no warm-up (warmup=0): B's settling pass at parallel 2 "compiles" a kernel
+            _compile_late_kernel(tmp_path / "ab", "pair0_B_on_p64")
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = _question_file(tmp_path)
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, parallel1_questions=1,
+                       max_new_tokens=8, warmup=0, question_file=str(qfile))  # settle: 1 by default
+    # the settling passes are the measured workload (same levels, same questions), A then B
+    assert [(par, n) for _, par, n in calls] == [(2, 2), (1, 1)] * 4
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"], p["parallel"]) for p in pair["passes"]] == [
+        (0, "A", 2), (0, "A", 1), (0, "B", 2), (0, "B", 1)]
+    # the compile is the settling pass's, named in the record and the table, not a counted pass's
+    assert pair["settle_compiled"] == {"B": {"late_kernel": 1}}
+    assert all(not p.get("compiled") for p in pair["passes"])
+    assert res["settle_passes"] == 1 and pair["summary"]["2"]["rounds"] == 1
+    header = ab.markdown(res).splitlines()[0]
+    assert "after 1 settling pass per side and parallelism (not counted; during them on_p1:on_p64 B compiled " \
+           "1 late_kernel)" in header
+    # recordings from before settling existed say nothing about it
+    assert "settling" not in ab.markdown({**res, "settle_passes": 0}).splitlines()[0]
+
+
+def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+
+    class Broken(FakeServer):
+        def wait_ready(self):
+            raise RuntimeError("no GPU memory")
+
+    FakeServer.started, FakeServer.events = [], []
+    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: (
+        Broken if "pair1_" in kw["log_path"] else FakeServer)(args, base_url=url, **kw))
+    qfile = _question_file(tmp_path)
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
+                       parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile))
+    good, bad = res["pairs"]["on_p1:on_p64#0"], res["pairs"]["on_p1:on_p128#1"]
+    assert not good.get("error") and len(good["passes"]) == 2 and good["gpu"] == 0
+    assert "no GPU memory" in bad["error"] and bad["passes"] == [] and bad["gpu"] == 1
+    assert "error: start" in ab.markdown(res)
+
+
+def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path):
+    saved = {"rounds": 2, "parallel": 16, "parallel1_questions": 0, "num_questions": 8, "max_new_tokens": 8,
+             "pairs": {"on_p1:on_p64#0": {"A": {"name": "on_p1"}, "B": {"name": "on_p64"}, "gpu": 0, "passes": [],
+                                          "summary": ab.summarize_pair([
+                                              dict(round=0, side=s, parallel=16, output_throughput=t,
+                                                   acceptance_length=2.0, errors=0)
+                                              for s, t in (("A", 100.0), ("B", 97.0))])}}}
+    (tmp_path / "ab.json").write_text(json.dumps(saved))
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ab, "run_pairs", interrupted)
+    assert ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "ab.md").read_text()
+    assert "| on_p1 | on_p64 | 16 | 100.0 | 97.0 | 0.970x |" in md
+    # one of the two rounds asked for: the header and the saved record say so
+    assert md.startswith("1 of 2 rounds (ABBA; interrupted before the rest)")
+    assert json.loads((tmp_path / "ab.json").read_text())["interrupted"] is True
+
+
+def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    """SIGINT to the main thread (the device scripts' `timeout -s INT`) during the third measured pass:
+    the servers stop, the JSON keeps the two passes before it and records nothing after."""
+    import os
+    import signal
+    import threading
+    import time
+
+    _serve_fakes(monkeypatch, fake_server)
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        calls.append(kw["parallel"])
+        if len(calls) == 3:  # no warm-up (warmup=0): the third measured pass
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 10
+            while not any(e[0] == "stop" for e in FakeServer.events) and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = _question_file(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                     out_dir=str(tmp_path / "ab"), rounds=3, num_questions=1, parallel=1, max_new_tokens=8,
+                     warmup=0, question_file=str(qfile), settle=0)
+    time.sleep(0.5)  # the lane thread returns after the stop; it must not append or save anything more
+    pair = json.loads((tmp_path / "ab" / "ab.json").read_text())["pairs"]["on_p1:on_p64#0"]
+    assert [(p["round"], p["side"]) for p in pair["passes"]] == [(0, "A"), (0, "B")]
+    assert not pair.get("error") and pair["summary"]["1"]["rounds"] == 1
+
+
+def test_pinned_runs_give_every_server_and_the_client_cpus_of_their_own(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    _serve_fakes(monkeypatch, fake_server)
+    pinned = []  # this process's masks, in order (recorded rather than applied to the test process)
+    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(16)))
+    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: pinned.append((pid, sorted(cpus))))
+    qfile = _question_file(tmp_path)
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
+                       parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile), pin_cpus=True)
+    sets = [srv.cpus for srv in FakeServer.started]
+    assert sets == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
+    # the client runs on the last quarter while measuring, and gets its own mask back afterwards
+    assert pinned == [(0, [12, 13, 14, 15]), (0, list(range(16)))]
+    assert res["pairs"]["on_p1:on_p128#1"]["cpus"] == {"A": [6, 7, 8], "B": [9, 10, 11]}
+    assert "CPUs pinned (`--pin-cpus`): client 12-15, servers 0-2, 3-5, 6-8, 9-11" in ab.markdown(res)
+    unpinned = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], target="T", draft="D",
+                            out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                            warmup=0, question_file=str(qfile))
+    assert FakeServer.started[-1].cpus is None and "cpu_pinning" not in unpinned and len(pinned) == 2
+
+
+def test_pass_spread_is_the_scatter_of_one_side_in_percent():
+    assert ab.pass_spread([100.0]) is None
+    assert ab.pass_spread([100.0, 100.0, 100.0]) == 0.0
+    spread = ab.pass_spread([100.0, 110.0, 90.0])
+    logs = [math.log(v) for v in (100.0, 110.0, 90.0)]
+    mean = sum(logs) / 3
+    assert spread == round(100 * math.sqrt(sum((v - mean) ** 2 for v in logs) / 2), 2) and 9 < spread < 11
+    s = ab.summarize_pair([dict(round=r, side=side, parallel=16, output_throughput=t, acceptance_length=2.0, errors=0)
+                           for r, (ta, tb) in enumerate([(100.0, 100.0), (120.0, 101.0)])
+                           for side, t in (("A", ta), ("B", tb))])["16"]
+    assert s["spread_A"] > 10 > s["spread_B"] > 0
+
+
+def test_a_probe_without_verify_rounds_still_gives_the_ratio():
+    # max_new_tokens 1 (the per-request cost probe: prefill, draft extend, finish) never verifies,
+    # so no pass has an acceptance or a latency fit; the throughput ratio is then requests per second.
+    passes = [dict(round=r, side=s, parallel=1, output_throughput=t, acceptance_length=None, errors=0)
+              for r, s, t in [(0, "A", 60.0), (0, "B", 54.0), (1, "B", 57.0), (1, "A", 60.0)]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["ratio"] == pytest.approx((0.9 * 0.95) ** 0.5, abs=1e-4) and s["acceptance_A"] is None
+    assert s["round_rate_ratio"] is None and "per_request_ms_A" not in s
+    md = ab.markdown({"rounds": 2, "num_questions": 4, "parallel": 16, "parallel1_questions": 4,
+                      "max_new_tokens": 1, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "| a | b | 1 | 60.0 | 55.5 |" in md
+
+
+def test_swapped_cpus_alternate_by_round_and_each_pass_records_its_set(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    url, _ = fake_server
+    FakeServer.started, FakeServer.events = [], []
+    pids = iter(range(1000, 1100))
+
+    def server(args, **kw):
+        srv = FakeServer(args, base_url=url, **kw)
+        srv.proc = type("Proc", (), {"pid": next(pids)})()  # A 1000, B 1001, then 1002, ...
+        return srv
+
+    monkeypatch.setattr(e2e, "ServerProcess", server)
+    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(8)))
+    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: None)
+    placed = []
+    monkeypatch.setattr(ab.cpu_pinning, "repin_server",
+                        lambda pid, cpus, isolate_scheduler=False: placed.append((pid, list(cpus), isolate_scheduler)))
+    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    kw = dict(target="T", draft="D", rounds=3, num_questions=1, parallel=1, max_new_tokens=8, warmup=0,
+              question_file=str(_question_file(tmp_path)), settle=0, pin_cpus=True)
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab"), swap_cpus=True,
+                       isolate_scheduler=True, **kw)
+    a_set, b_set = [0, 1, 2], [3, 4, 5]
+    # placed before round 0, then again at each new round, sets exchanged on odd rounds
+    assert placed == [(1000, a_set, True), (1001, b_set, True), (1000, b_set, True), (1001, a_set, True),
+                      (1000, a_set, True), (1001, b_set, True)]
+    passes = res["pairs"]["on_p1:on_p64#0"]["passes"]
+    assert [(p["round"], p["side"], p["cpus"]) for p in passes] == [
+        (0, "A", a_set), (0, "B", b_set), (1, "B", a_set), (1, "A", b_set), (2, "A", a_set), (2, "B", b_set)]
+    md = ab.markdown(res)
+    assert "exchanged every round (`--swap-cpus`)" in md and "(`--isolate-scheduler`)" in md
+    # isolation alone places once; neither option touches a running server, or records a set
+    placed.clear()
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab2"), isolate_scheduler=True,
+                       **kw)
+    assert placed == [(1002, a_set, True), (1003, b_set, True)]
+    placed.clear()
+    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab3"), **kw)
+    assert placed == [] and all("cpus" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"])
+    with pytest.raises(ValueError, match="need pin_cpus"):
+        ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab4"),
+                     **{**kw, "pin_cpus": False, "swap_cpus": True})
+
+
+def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_counted(monkeypatch, tmp_path,
+                                                                                      fake_server):  # noqa: F811
+    _serve_fakes(monkeypatch, fake_server)
+    real, frozen_at_call = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        frozen_at_call.append(len(FakeSGLang.freezes))  # how many servers were frozen when this pass began
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    kw = dict(target="T", draft="D", rounds=1, num_questions=2, parallel=2, max_new_tokens=8, warmup=1,
+              question_file=str(_question_file(tmp_path)))
+    pair = (e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab"), gc_freeze=True, **kw)
+    # two warm-up mixes per server unfrozen, then both frozen before the settling and counted passes
+    assert frozen_at_call == [0] * 4 + [2] * 4 and FakeSGLang.freezes == ["/freeze_gc"] * 2
+    assert res["gc_freeze"] is True and len(res["pairs"]["on_p1:on_p64#0"]["passes"]) == 2
+    assert "(`--freeze-gc`" in ab.markdown(res)
+    # a server without /freeze_gc: the pair says so and measures nothing, rather than one side frozen
+    FakeSGLang.refuse_freeze, FakeSGLang.freezes = True, []
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab2"), gc_freeze=True, **kw)
+    bad = res["pairs"]["on_p1:on_p64#0"]
+    assert "/freeze_gc answered 404" in bad["error"] and bad["passes"] == []
+    # off by default: no call, and the table says nothing of it
+    FakeSGLang.refuse_freeze, FakeSGLang.freezes = False, []
+    res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab3"), **kw)
+    assert FakeSGLang.freezes == [] and res["gc_freeze"] is False and "freeze" not in ab.markdown(res)
+
+
+def test_recorded_collections_are_charged_to_each_counted_pass(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    from sglang_eagle_paged.bench import gc_stats
+
+    _serve_fakes(monkeypatch, fake_server)
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        # each pass: one more collection of 1.5 ms in every server's record (the fakes run no plugin)
+        calls.append(1)
+        for srv in FakeServer.started:
+            d = srv.env[gc_stats.ENV_VAR]
+            os.makedirs(d, exist_ok=True)
+            snap = {"pid": 7, "title": "sglang::scheduler",
+                    "generations": {"0": {"collections": len(calls), "ms": 1.5 * len(calls)},
+                                    "1": {"collections": 0, "ms": 0.0}, "2": {"collections": 0, "ms": 0.0}}}
+            with open(os.path.join(d, "gc-7.json"), "w") as f:
+                json.dump(snap, f)
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)), gc_record=True)
+    a, b = FakeServer.started
+    assert a.env[gc_stats.ENV_VAR] == str(tmp_path / "ab" / "logs" / "gc" / "pair0_A_on_p1")
+    assert b.env[gc_stats.ENV_VAR].endswith("pair0_B_on_p64")
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert pair["A"]["env"] == {}  # the record keeps the configuration, not the run's paths
+    assert [p["gc"]["ms"] for p in pair["passes"]] == [1.5, 1.5]
+    assert pair["passes"][0]["gc"]["by_process"] == {"sglang::scheduler": {"collections": 1, "ms": 1.5}}
+    s = pair["summary"]["1"]
+    assert s["gc_ms_A"] == 1.5 and s["gc_share_A"] == 1.5 / (1e3 * pair["passes"][0]["wall_s"])
+    md = ab.markdown(res)
+    assert "(`--gc-record`)" in md and "| on_p1 | on_p64 | 1 | 1.5 / 1.5 |" in md
+    # off: no variable, no record
+    FakeServer.started = []
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
+    assert all(gc_stats.ENV_VAR not in srv.env for srv in FakeServer.started)
+    assert all("gc" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"]) and "gc-record" not in ab.markdown(res)
+
+
+def test_the_ratio_is_given_again_without_the_rounds_that_compiled():
+    # round 1's B pass stalled on a compile (half the throughput); rounds 0 and 2 were quiet
+    passes = [dict(round=r, side=side, parallel=1, output_throughput=t, acceptance_length=2.0, errors=0, compiled=c)
+              for r, side, t, c in [(0, "A", 100.0, None), (0, "B", 95.0, None), (1, "B", 50.0, {"alloc": 1}),
+                                    (1, "A", 100.0, None), (2, "A", 100.0, None), (2, "B", 97.0, None)]]
+    s = ab.summarize_pair(passes)["1"]
+    assert s["rounds"] == 3 and s["ratio"] == pytest.approx((0.95 * 0.5 * 0.97) ** (1 / 3), abs=1e-4)
+    assert s["rounds_without_compiles"] == 2
+    assert s["ratio_without_compiles"] == pytest.approx(math.sqrt(0.95 * 0.97), abs=1e-4)
+    md = ab.markdown({"rounds": 3, "num_questions": 1, "parallel": 16, "parallel1_questions": 1,
+                      "max_new_tokens": 8, "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"1": s}}}})
+    assert "Without the rounds in which a pass compiled" in md and "a:b at parallel 1 0.960x (" in md
+    # nothing compiled: nothing more to say
+    quiet = ab.summarize_pair([dict(p, compiled=None) for p in passes])["1"]
+    assert "ratio_without_compiles" not in quiet

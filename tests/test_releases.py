@@ -1,0 +1,57 @@
+"""The one release table: which generation serves which SGLang release, and how."""
+
+import pytest
+
+from sglang_eagle_paged import releases
+
+
+def never(_version):
+    raise AssertionError("a tested release must not need the hook-point check")
+
+
+@pytest.mark.parametrize("version,generation,route", [
+    ("0.5.8", "v1", "patch"), ("0.5.8.post1", "v1", "patch"), ("0.5.10.post1", "v1", "patch"),
+    ("0.5.11", "v1", "plugin"), ("0.5.12", "v1", "plugin"), ("0.5.12.post1", "v1", "plugin"),
+    ("0.5.13", "v2", "plugin"), ("0.5.13.post1", "v2", "plugin"), ("0.5.15.post1", "v2", "plugin"),
+    ("0.5.17", "v2", "plugin"), ("0.5.23", "v2", "plugin"),
+])
+def test_served_releases(version, generation, route):
+    s = releases.support(version, check_hook_points=never)
+    assert (s.generation, s.route, s.problem) == (generation, route, None)
+    assert s.adapter == f"sglang_eagle_paged.adapters.{generation}"
+
+
+@pytest.mark.parametrize("version", ["0.5.7", "0.5.2", "0.4.9"])
+def test_older_releases_are_refused_in_one_line(version):
+    s = releases.support(version, check_hook_points=never)
+    assert s.generation is None and s.adapter is None and version in s.problem and "\n" not in s.problem
+
+
+def test_a_newer_release_is_served_only_with_identical_hook_points():
+    asked = []
+    same = releases.support("0.5.24", check_hook_points=lambda v: asked.append(v))
+    assert asked == ["0.5.24"] and (same.generation, same.route, same.problem) == ("v2", "untested", None)
+    assert "untested" in same.describe()
+    changed = releases.support("0.6.0", check_hook_points=lambda v: "prepare_for_draft's signature changed")
+    assert changed.adapter is None and "0.6.0" in changed.problem and "signature changed" in changed.problem
+
+
+def test_not_installed():
+    s = releases.Support(None, None, "none", "SGLang is not installed")
+    assert s.adapter is None and s.describe() == "SGLang is not installed"
+
+
+def test_patched_release():
+    assert releases.patched_release("0.5.9") is None
+    assert "no patch is needed" in releases.patched_release("0.5.12.post1")
+    assert "older than 0.5.8" in releases.patched_release("0.5.7")
+
+
+def test_the_package_never_pins_sglang_below_the_newest():
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(releases.__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    sglang = [d for d in deps if d.startswith("sglang")]
+    assert sglang == ["sglang>=0.5.8"]

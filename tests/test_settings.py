@@ -1,0 +1,86 @@
+"""Every environment variable through one parser, with one rule for booleans."""
+
+import pytest
+
+from sglang_eagle_paged import settings
+from sglang_eagle_paged.settings import FA3Expand, Mode, SettingsError, parse
+
+
+def test_defaults():
+    s = parse({})
+    assert (s.mode, s.mode_explicit, s.allow_triton, s.check_prefix) == (Mode.ON, False, False, False)
+    assert (s.fa3_expand, s.verify_free, s.direct_launch, s.gc_stats_dir) == (FA3Expand.FUSED, True, True, None)
+
+
+@pytest.mark.parametrize("raw,want", [("on", Mode.ON), (" OFF ", Mode.OFF), ("Fake", Mode.FAKE), ("", Mode.ON)])
+def test_mode(raw, want):
+    s = parse({settings.MODE: raw})
+    assert s.mode is want and s.mode_explicit is bool(raw.strip())
+
+
+@pytest.mark.parametrize("name", [settings.ALLOW_TRITON, settings.CHECK_PREFIX, settings.VERIFY_FREE,
+                                  settings.DIRECT_LAUNCH])
+@pytest.mark.parametrize("raw,want", [("1", True), ("on", True), ("TRUE", True), ("yes", True),
+                                      ("0", False), ("off", False), ("False", False), ("no", False)])
+def test_every_boolean_takes_the_same_words(name, raw, want):
+    field = {settings.ALLOW_TRITON: "allow_triton", settings.CHECK_PREFIX: "check_prefix",
+             settings.VERIFY_FREE: "verify_free", settings.DIRECT_LAUNCH: "direct_launch"}[name]
+    assert getattr(parse({name: raw}), field) is want
+
+
+@pytest.mark.parametrize("name", [settings.MODE, settings.ALLOW_TRITON, settings.CHECK_PREFIX, settings.FA3_EXPAND,
+                                  settings.VERIFY_FREE, settings.DIRECT_LAUNCH])
+def test_an_unknown_value_is_one_line_naming_the_variable_and_its_values(name):
+    with pytest.raises(SettingsError) as exc:
+        parse({name: "maybe"})
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith(f"{name}='maybe' is not one of: ")
+
+
+@pytest.mark.parametrize("raw,want", [("fused", FA3Expand.FUSED), ("expand", FA3Expand.EXPAND), ("1", FA3Expand.EXPAND),
+                                      ("on", FA3Expand.EXPAND), ("0", FA3Expand.OFF), ("off", FA3Expand.OFF)])
+def test_fa3_expand_keeps_its_older_spellings(raw, want):
+    s = parse({settings.FA3_EXPAND: raw})
+    assert s.fa3_expand is want and s.fa3_expand_explicit
+
+
+def test_gc_stats_is_a_directory_or_nothing():
+    assert parse({settings.GC_STATS: " /tmp/gc "}).gc_stats_dir == "/tmp/gc"
+    assert parse({settings.GC_STATS: ""}).gc_stats_dir is None
+
+
+def test_serving_parses_once_per_process(monkeypatch):
+    # conftest makes settings.current re-parse for tests; undo that to see the cached one
+    monkeypatch.undo()
+    cached = settings.current
+    assert hasattr(cached, "cache_clear")
+    monkeypatch.setenv(settings.MODE, "fake")
+    cached.cache_clear()
+    assert cached().mode is Mode.FAKE
+    monkeypatch.setenv(settings.MODE, "off")
+    assert cached().mode is Mode.FAKE  # not re-read every draft round
+    cached.cache_clear()
+    assert cached().mode is Mode.OFF
+    cached.cache_clear()
+
+
+def test_no_other_module_reads_the_plugins_variables():
+    """Each variable is parsed in exactly one place: this module. (A benchmark may still *set*
+    them for the servers it starts.)"""
+    import pathlib
+    import re
+
+    import sglang_eagle_paged
+
+    root = pathlib.Path(sglang_eagle_paged.__file__).parent
+    read = re.compile(r"(os\.environ\.get|os\.getenv)\(\s*([A-Za-z_\"'.]+)")
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for line in path.read_text().splitlines():
+            for m in read.finditer(line):
+                arg = m.group(2).strip("\"'")
+                if arg in settings.ENV_VARS or arg in ("ENV_VAR", "ALLOW_TRITON_ENV"):
+                    offenders.append(f"{path.relative_to(root)}: {line.strip()}")
+    assert not offenders, offenders

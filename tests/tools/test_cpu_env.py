@@ -1,0 +1,66 @@
+"""The CPU test environment (scripts/setup_cpu.sh) works: SGLang imports, Triton interprets.
+
+If this fails, the setup broke; every other test's result is then meaningless.
+"""
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+SGLANG_MODULES = [
+    "sglang.srt.speculative.eagle_worker",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.mem_cache.allocator",
+    "sglang.srt.mem_cache.common",
+    "sglang.srt.server_args",
+    "sglang.srt.plugins",
+    "sglang.srt.plugins.hook_registry",
+    "sglang.srt.speculative.spec_utils",
+    "sglang.srt.speculative.eagle_info",
+    "sglang.srt.managers.schedule_batch",
+]
+
+cpu_only = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="checks the CPU (interpreted Triton) setup"
+)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", SGLANG_MODULES)
+def test_sglang_module_imports(name):
+    importlib.import_module(name)
+
+
+def test_standins_stay_out_of_the_package():
+    import sglang_eagle_paged
+
+    pkg = Path(sglang_eagle_paged.__file__).resolve().parent
+    for name in ("torchvision", "sgl_kernel"):
+        assert not (pkg / name).exists()
+    shims = Path(__file__).resolve().parents[2] / "scripts" / "cpu_standins"
+    assert (shims / "torchvision" / "__init__.py").is_file()
+    assert (shims / "sgl_kernel" / "__init__.py").is_file()
+
+
+@cpu_only
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_triton_interpreter_runs_sglang_kv_copy_on_cpu():
+    import torch
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    # enable_kv_cache_copy=True runs a Triton warm-up in the constructor.
+    pool = MHATokenToKVPool(
+        size=32, page_size=4, dtype=torch.float16, head_num=2, head_dim=8,
+        layer_num=2, device="cpu", enable_memory_saver=False,
+        enable_kv_cache_copy=True,
+    )
+    for layer in range(2):
+        pool.get_key_buffer(layer)[4:7] = torch.arange(3, dtype=torch.float16)[:, None, None]
+    src = torch.tensor([4, 5, 6])
+    tgt = torch.tensor([8, 9, 10])
+    pool.move_kv_cache(tgt, src)
+    for layer in range(2):
+        k = pool.get_key_buffer(layer)
+        assert torch.equal(k[8:11], k[4:7])
