@@ -19,8 +19,8 @@ and, with ``ast``, records:
   adapter needs (``get_last_loc_large_page_size_large_top_k``,
   ``MHATokenToKVPool.move_kv_cache``/``data_ptrs``/``data_strides``, ...).
 
-It writes ``docs/sglang_versions.md``. With ``--write-patches`` it also
-(re)generates ``sglang_eagle_paged/patches/sglang-<version>.diff`` for the
+It writes ``docs/release_survey.md``. With ``--write-patches`` it also
+(re)generates ``sglang_eagle_paged/tools/patches/sglang-<version>.diff`` for the
 releases that have the v1 EAGLEWorker but no plugin framework, deduplicating
 byte-identical diffs, and checks them against ``patching.PATCHES``.
 
@@ -298,13 +298,22 @@ def make_patch(original: str) -> str:
     return body
 
 
+def _patched_release(version: str) -> bool:
+    from packaging.version import Version
+
+    from sglang_eagle_paged.releases import V1_PATCHED
+
+    return V1_PATCHED[0] <= Version(version) <= V1_PATCHED[1]
+
+
 def write_patches(infos: list[dict]) -> dict[str, str]:
     """Write the deduplicated diffs; return release -> file name."""
     out_dir = patching.patch_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     groups: dict[str, list[str]] = {}
     for info in infos:
-        if info["v1_worker"] and not info["plugins"]:
+        # only the releases the v1 adapter serves through a patch (releases.V1_PATCHED)
+        if info["v1_worker"] and not info["plugins"] and _patched_release(info["version"]):
             groups.setdefault(make_patch(info["eagle_text"]), []).append(info["version"])
     mapping = {}
     keep = set()
@@ -392,7 +401,7 @@ def render(infos: list[dict], mapping: dict[str, str]) -> str:
         "0.5.12 have the same draft-preprocess code (0.5.11 names the penalizer input `verified_id`, handled in "
         "`compat.py`) and are covered by the CPU tests only.",
         "* **Older releases with the v1 `EAGLEWorker`** are reachable only through the patches in "
-        "`sglang_eagle_paged/patches/` (`sglang-eagle-paged patch --apply`). They are covered only by CPU "
+        "`sglang_eagle_paged/tools/patches/` (`sglang-eagle-paged patch --apply`). They are covered only by CPU "
         "checks (`tests/test_patches.py`: each patch applies to the real wheel, the patched file byte-compiles, "
         "and reverting restores the tree byte for byte) and by the internals listed below; nothing has run "
         "on a GPU with them. Our worker runs on **0.5.8 .. 0.5.10.post1**, whose draft preprocess for "
@@ -483,9 +492,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"wheel cache (default {DEFAULT_CACHE})")
     ap.add_argument("--versions", nargs="*", help="releases to survey (default: pip index, 0.5.2..0.5.12.post1)")
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "sglang_versions.md")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "release_survey.md")
     ap.add_argument("--write-patches", action="store_true",
-                    help="regenerate sglang_eagle_paged/patches/*.diff and check patching.PATCHES")
+                    help="regenerate sglang_eagle_paged/tools/patches/*.diff and check patching.PATCHES")
     args = ap.parse_args(argv)
 
     versions = sorted(args.versions or list_versions(), key=Version)

@@ -23,7 +23,7 @@ class PagedTreeHarness:
     def __init__(self, page_size: int, topk: int, steps: int, *, num_tokens: int = 8192,
                  head_num: int = 2, head_dim: int = 8, layer_num: int = 1,
                  dtype=torch.bfloat16, max_reqs: int = 64, max_context_len: int = 4096,
-                 device: str = "cpu", seed: int = 0, kv_copy: bool = False):
+                 device: str = "cpu", seed: int = 0, kv_copy: bool = False, need_sort: bool = False):
         from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
         from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
@@ -36,7 +36,7 @@ class PagedTreeHarness:
             enable_kv_cache_copy=kv_copy,  # SGLang's own move_kv_cache needs it
         )
         self.allocator = PagedTokenToKVPoolAllocator(
-            num_tokens, page_size, dtype, device, self.kv_pool, need_sort=False
+            num_tokens, page_size, dtype, device, self.kv_pool, need_sort=need_sort  # True: as under PD disaggregation
         )
         # what SGLang's allocation helpers read from a tree cache, including on failure
         self.tree_cache = SimpleNamespace(

@@ -8,6 +8,9 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import re
+from pathlib import Path
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -54,11 +57,29 @@ SEED_SRC = [8, 9, 10] * 7
 SEED_TGT = [x for b in range(1, 8) for x in (8 + 8 * b, 9 + 8 * b, 10 + 8 * b)]
 
 
-def test_seed_expected_values_spelled_out():
-    # the values quoted in the seed PR (its final "24" is a typo for 27)
-    assert SEED_OUT[:11] == [11, 12, 13, 14, 15, 19, 20, 21, 22, 23, 27]
-    assert SEED_TGT[:6] == [16, 17, 18, 24, 25, 26]
-    assert len(SEED_SRC) == len(SEED_TGT) == 21
+SEED_TEXT = Path(__file__).resolve().parents[3] / "shared" / "reference" / "seed-pr-duplicate-cache.txt"
+
+
+def _seed_lists(text: str) -> dict:
+    """The worked example's three lists as the design states them (their "..." tails dropped)."""
+    lines = text.splitlines()
+    found = {}
+    for label, key in (("source_cache_loc", "src"), ("target_cache_loc", "tgt"), ("out_cache_loc to be filled", "out")):
+        i = next(n for n, line in enumerate(lines) if line.strip().startswith(label))
+        nums = re.findall(r"\d+", lines[i + 1].split("...")[0])
+        found[key] = [int(x) for x in nums]
+    return found
+
+
+@pytest.mark.skipif(not SEED_TEXT.is_file(), reason=f"the design text is not at {SEED_TEXT}")
+def test_the_expected_values_are_the_designs_own():
+    """SEED_* against the numbers the design's text states, read from it: its last out_cache_loc value,
+    24, is a typo for 27 (branch 1's run of five starts at slot 19 and ends at 23; branch 2's starts at 27)."""
+    seed = _seed_lists(SEED_TEXT.read_text())
+    assert SEED_SRC[: len(seed["src"])] == seed["src"] and len(SEED_SRC) == 21
+    assert SEED_TGT[: len(seed["tgt"])] == seed["tgt"] and len(SEED_TGT) == 21
+    assert seed["out"][-1] == 24 and SEED_OUT[: len(seed["out"]) - 1] == seed["out"][:-1]
+    assert SEED_OUT[len(seed["out"]) - 1] == 27
 
 
 @pytest.mark.parametrize("impl", ["kernel", "reference", "free pages"])

@@ -257,7 +257,9 @@ def test_hook_does_not_hide_other_import_errors(monkeypatch):
 def test_mapping_and_shipped_files_agree():
     shipped = {p.name for p in patching.patch_dir().glob("*.diff")}
     assert shipped == set(patching.PATCHES.values())
-    assert not set(patching.PATCHES) & set(patching.PLUGIN_FRAMEWORK_RELEASES)
+    from sglang_eagle_paged import releases
+
+    assert {releases.support(v).route for v in patching.PATCHES} == {"patch"}
 
 
 @pytest.mark.parametrize("name", sorted(set(patching.PATCHES.values())))
@@ -283,7 +285,9 @@ def _fake_sglang(root: Path, version: str) -> Path:
 
 def test_cli_plugin_framework_release_needs_no_patch(tmp_path):
     rc, out = run_cli("--apply", "--root", str(_fake_sglang(tmp_path, "0.5.12.post1")))
-    assert rc == 0 and "No patch needed" in out and "0.5.11..0.5.12.post1" in out
+    assert rc == 0 and "No patch needed" in out and "SGLang 0.5.12.post1 has sglang.srt.plugins" in out
+    rc, out = run_cli("--apply", "--root", str(_fake_sglang(tmp_path / "v2", "0.5.23")))
+    assert rc == 0 and "No patch needed" in out
 
 
 def test_cli_refuses_unknown_release(tmp_path):
@@ -303,7 +307,7 @@ def test_cli_reports_conflict(tmp_path):
 
 def test_cli_list():
     rc, out = run_cli("--list")
-    assert rc == 0 and "0.5.2" in out and "0.5.12.post1" in out
+    assert rc == 0 and "0.5.8 " in out and "0.5.10.post1" in out and "0.5.11 and later" in out and "0.5.7" not in out
 
 
 # --------------------------------------------------------------------------

@@ -662,8 +662,17 @@ def test_selection_rejects_garbage(monkeypatch, raw):
 
 
 def test_targets_resolve_in_this_sglang():
-    assert compat.resolve(fa3_metadata.FA3_MULTI_STEP_REPLAY) is not None
+    from sglang_eagle_paged.hooks import resolvable
+    from sglang_eagle_paged.settings import FA3Expand
+
+    assert compat.resolve(fa3_metadata.FA3_MULTI_STEP_REPLAY) is \
+        fa3.FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph
     assert compat.resolve(fa3_metadata.FA3_BACKEND) is fa3.FlashAttentionBackend
+    assert resolvable(fa3_metadata.FA3_EXPAND_METADATA) is None
+    assert resolvable(fa3_metadata.FA3_MODULE + ".no_such_builder") is not None
+    hooks = fa3_metadata.hooks(FA3Expand.FUSED, required=True)
+    assert [(h.target, h.kind) for h in hooks] == [(fa3_metadata.FA3_EXPAND_METADATA, "replace"),
+                                                   (fa3_metadata.FA3_MULTI_STEP_REPLAY, "around")]
 
 
 def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):

@@ -329,22 +329,35 @@ def test_no_host_sync_on_device_tensors():
 STEPS_CHURN = 1000
 
 
-def test_allocator_restored_over_many_random_steps():
-    """Random arrivals, finishes and batch subsets; page 16, topk 4, steps 3, small pool.
+def test_allocator_restored_over_many_random_steps(monkeypatch):
+    """Random arrivals, finishes and batch subsets; page 16, topk 4, steps 3, a pool small enough that
+    the tree sometimes does not fit. Every third step is sent down SGLang's allocation path (the
+    fallback), the others read the free list; both paths must run, and so must an out-of-memory
+    fallback. After every step the free count equals the count before it; after finishing everything
+    it equals the initial baseline."""
+    from sglang_eagle_paged.adapters.v1 import draft_preprocess as dp
 
-    1000 steps (about 0.09 s each in the Triton interpreter on 2 cores). After every step the free count equals the count
-    before it; after finishing everything it equals the initial baseline.
-    """
     rng = random.Random(1234)
-    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=1, head_dim=8, layer_num=1, max_reqs=24)
+    h = PagedTreeHarness(16, 4, 3, num_tokens=2048, head_num=1, head_dim=8, layer_num=1, max_reqs=24)
     baseline = h.allocator.available_size()
+    readable, counts = dp._readable_free_pages, {"fast": 0, "fallback": 0, "oom": 0}
+
+    def chosen(worker, batch):
+        pages = readable(worker, batch) if counts["step"] % 3 else None
+        counts["fast" if pages is not None else "fallback"] += 1
+        return pages
+
+    monkeypatch.setattr(dp, "_readable_free_pages", chosen)
+    h.tree_cache.pretty_print = lambda: None  # SGLang's OOM path prints the tree
+    h.tree_cache.available_and_evictable_str = lambda: "test pool"
     live = []
     for step in range(STEPS_CHURN):
+        counts["step"] = step
         if live and rng.random() < 0.3:
             h.finish_request(live.pop(rng.randrange(len(live))))
         while len(live) < 3 or (len(live) < 12 and rng.random() < 0.3):
             try:
-                live.append(h.add_request(rng.randint(1, 120)))
+                live.append(h.add_request(rng.randint(1, 160)))
             except MemoryError:
                 break
         if not live:
@@ -353,15 +366,54 @@ def test_allocator_restored_over_many_random_steps():
         batch = h.batch(rows)
         free = h.allocator.available_size()
         try:
-            draft_preprocess_decode(h.worker, batch, Mode.ON)
+            dp.draft_preprocess_decode(h.worker, batch, Mode.ON)
         except RuntimeError:  # out of memory for the tree: state must still be restored
-            pass
+            counts["oom"] += 1
         assert h.allocator.available_size() == free, f"step {step}"
         if step % 50 == 0:
             assert h.mismatched_branches(rows) == [] or batch.out_cache_loc is None
     for r in list(live):
         h.finish_request(r)
     assert h.allocator.available_size() == baseline
+    assert counts["fast"] > 100 and counts["fallback"] > 100 and counts["oom"] > 0, counts
+
+
+def _sorting_allocator_short_of_free_pages():
+    """A need_sort allocator (PD disaggregation) whose free list is short of the batch's tree while
+    its release list holds enough: SGLang's allocation merges the two lists."""
+    from sglang_eagle_paged.kernels.layout import extension_totals
+
+    h = PagedTreeHarness(16, 4, 3, num_tokens=16 * 64, head_num=1, head_dim=8, max_reqs=24, need_sort=True)
+    rows = []
+    while True:
+        try:
+            rows.append(h.add_request(40))
+        except MemoryError:
+            break
+    for r in rows[1::2]:
+        h.finish_request(r)
+    live = rows[0::2][:4]
+    batch = h.batch(live)
+    _, need = extension_totals(batch.seq_lens_cpu, 16, 4, 3)
+    a = h.allocator
+    assert len(a.free_pages) < need <= len(a.free_pages) + len(a.release_pages), (len(a.free_pages), need)
+    return h, batch
+
+
+def test_the_fallback_restores_both_lists_of_a_sorting_allocator(monkeypatch):
+    h, batch = _sorting_allocator_short_of_free_pages()
+    a = h.allocator
+    before = (a.free_pages.clone(), a.release_pages.clone())
+    draft_preprocess_decode(h.worker, batch, Mode.ON)
+    assert h.mismatched_branches([int(r) for r in batch.req_pool_indices]) == []
+    assert torch.equal(a.free_pages, before[0]) and torch.equal(a.release_pages, before[1])
+    # the same step with a restore that forgets release_pages: the check above must see it
+    h, batch = _sorting_allocator_short_of_free_pages()
+    a = h.allocator
+    before = (a.free_pages.clone(), a.release_pages.clone())
+    monkeypatch.setattr(type(a), "restore_state", lambda self, state: setattr(self, "free_pages", state[0]))
+    draft_preprocess_decode(h.worker, batch, Mode.ON)
+    assert not (torch.equal(a.free_pages, before[0]) and torch.equal(a.release_pages, before[1]))
 
 
 def test_allocation_failure_leaves_state_untouched():

@@ -31,18 +31,31 @@ def test_distribution_orders_before_picking(pp):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the tiny CPU shape")
 def test_parts_reproduce_the_whole_call(pp):
-    from sglang_eagle_paged.settings import Mode
+    """Each profiled part does what the reference implementation says the whole call does: the
+    slots and rows of the torch reference, the copy that makes every branch read the prefix."""
     from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
+    from sglang_eagle_paged.kernels.reference import assign_tree_draft_slots_ref, tree_slots_from_free_pages_ref
+    from sglang_eagle_paged.settings import Mode
 
     h, worker, batch = pp.bk.preprocess_case(2, 16, 4, 5)
+    cfg = (worker.page_size, worker.topk, worker.speculative_num_steps)
     parts = pp.parts(worker, batch)
     assert list(parts) == ["free_list", "assign", "copy", "positions"]
     free = h.allocator.free_pages
     assert parts["free_list"]() is free  # the free-list path, which the probe is about
+    rows, seq_lens = batch.req_pool_indices, batch.seq_lens
+    r2t_ref = batch.req_to_token_pool.req_to_token.clone()
+    slots = tree_slots_from_free_pages_ref(r2t_ref, rows, seq_lens, free, *cfg)
+    want = assign_tree_draft_slots_ref(rows, r2t_ref, seq_lens, slots, *cfg)
     layout = parts["assign"]()
     assert h.allocator.free_pages is free  # nothing allocated
-    draft_preprocess_decode(worker, batch, Mode.ON)
-    # The whole call assigns from the same free-list slots, so the same out_cache_loc.
-    assert torch.equal(batch.out_cache_loc, layout.out_cache_loc)
+    for name in ("out_cache_loc", "src_loc", "tgt_loc"):
+        assert torch.equal(getattr(layout, name).long(), getattr(want, name).long()), name
+    assert torch.equal(batch.req_to_token_pool.req_to_token, r2t_ref)
     parts["copy"]()
-    assert torch.equal(parts["positions"](), batch.spec_info.positions)
+    assert h.mismatched_branches(rows.tolist()) == []
+    assert torch.equal(parts["positions"](), seq_lens.repeat_interleave(worker.topk))
+    draft_preprocess_decode(worker, batch, Mode.ON)
+    assert torch.equal(batch.out_cache_loc.long(), want.out_cache_loc.long())
+
+

@@ -1,0 +1,88 @@
+"""The layout's rules: serving imports no user tool, benchmark or test fixture; kernels import no
+SGLang; no module-level import circles."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import sglang_eagle_paged
+
+PKG = pathlib.Path(sglang_eagle_paged.__file__).resolve().parent
+SERVING = ["plugin", "settings", "releases", "hooks"] + [
+    ".".join(p.relative_to(PKG).with_suffix("").parts) for sub in ("kernels", "adapters")
+    for p in (PKG / sub).rglob("*.py") if p.name != "__init__.py"]
+
+
+def _imports(path: pathlib.Path, module: str) -> set:
+    """Package modules imported by ``path`` at module level (not inside functions)."""
+    tree = ast.parse(path.read_text())
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [target] + [f"{target}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n.startswith("sglang_eagle_paged")}
+    return out
+
+
+def test_serving_modules_import_no_tool_benchmark_or_fixture():
+    code = ("import importlib, sys\n"
+            f"for m in {SERVING!r}:\n    importlib.import_module('sglang_eagle_paged.' + m)\n"
+            "bad = sorted(m for m in sys.modules if m.startswith(('sglang_eagle_paged.tools', "
+            "'sglang_eagle_paged.bench', 'helpers')))\nprint(bad)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_kernels_import_no_sglang():
+    for path in (PKG / "kernels").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.split(".")[0] == "sglang" for n in names), path
+
+
+def _cycles(graph: dict) -> list:
+    state, found = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                found.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t, stack + [t])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    return found
+
+
+def test_the_circle_finder_finds_circles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_level_import_circles():
+    modules = {}
+    for path in PKG.rglob("*.py"):
+        parts = path.relative_to(PKG.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    graph = {m: {t for t in _imports(p, m) if t in modules and t != m} for m, p in modules.items()}
+    cycle = _cycles(graph)
+    assert not cycle, cycle
