@@ -448,7 +448,11 @@ def _extra_kernels():
     SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC (os.pathsep-separated folders holding ``sglang/``)."""
     out = []
     for root in filter(None, os.environ.get("SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC", "").split(os.pathsep)):
-        path = Path(root) / "sglang" / "kernels" / "ops" / "speculative" / "cache_locs.py"
+        homes = ("kernels/ops/speculative/cache_locs.py",  # 0.5.16+
+                 "srt/speculative/triton_ops/cache_locs.py")  # 0.5.13 - 0.5.15.post1
+        path = next((Path(root) / "sglang" / h for h in homes if (Path(root) / "sglang" / h).is_file()), None)
+        if path is None:
+            raise FileNotFoundError(f"no cache_locs.py under {root}/sglang ({', '.join(homes)})")
         name = f"_cache_locs_{abs(hash(root))}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
