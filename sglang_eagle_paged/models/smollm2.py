@@ -38,6 +38,8 @@ CACHE_ENV = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"
 # Bumped whenever the written folder changes, so an older cache is rebuilt, not served.
 FORMAT_VERSION = 1
 STAMP = "conversion.json"
+# The trained EAGLE head, inside the package's testbed folder (committed once a GPU run made it).
+HEAD_DIR = "smollm2-draft"
 
 # The architecture the pinned file holds (checked against its metadata before converting).
 ARCH = dict(hidden=576, inter=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152,
