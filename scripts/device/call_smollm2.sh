@@ -34,6 +34,8 @@ HEAD_MIN=${HEAD_MIN:-3.5}
 BENCH_S=${BENCH_S:-480}
 BENCH_ONLY=${BENCH_ONLY:-nospec_p1,on_p1,on_p16,on_p64,on_p128,fake_p16,fake_p64,fake_p128,off_p64,off_p128,off_p16}
 OUT=${OUT:-/tmp/smollm2-out}
+SD=${SMOLLM2_SD:-/tmp/smollm2-sd}            # serve-default's results
+BENCH=${SMOLLM2_BENCH:-/tmp/smollm2-bench}   # bench.e2e's (accumulates: a second PART=C resumes)
 DRY=${DRY_RUN:-0}
 say() { printf '[smollm2 %s] %s\n' "$PART" "$*"; }
 run() { if [ "$DRY" = 1 ]; then say "would run: $*"; else "$@"; fi; }
@@ -97,7 +99,7 @@ fi
 [ "$DRY" = 1 ] || [ -f "$WORK/head/draft/model.safetensors" ] || { say "no head in $WORK/head: run PART=B first"; exit 1; }
 [ "$DRY" = 1 ] || [ -f "$WORK/target/model.safetensors" ] || { say "no converted target in $WORK/target"; exit 1; }
 GPUS=$( [ "$DRY" = 1 ] && echo 1 || nvidia-smi -L | wc -l )
-[ "$DRY" = 1 ] || mkdir -p /tmp/smollm2-sd
+mkdir -p "$SD" "$BENCH"
 # SGLang sizes a server's pool from the GPU's free memory minus (1 - mem fraction) of its total:
 # with a dozen servers on one GPU, a high fraction and a capped pool (--max-total-tokens) let the
 # last ones start; the pools themselves stay small (65,536 tokens, 1.5 GB for SmolLM2).
@@ -106,26 +108,27 @@ GPUS=$( [ "$DRY" = 1 ] && echo 1 || nvidia-smi -L | wc -l )
 ( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target"
   run timeout 300 python3 -m sglang_eagle_paged.cli serve-default --model smollm2 \
     --speculative-draft-model-path "$WORK/head/draft" --port 31000 --num-questions ${SD_QUESTIONS:-16} \
-    --max-total-tokens 65536 --mem-fraction-static 0.8 --no-progress --out /tmp/smollm2-sd \
-    --log-file /tmp/smollm2-sd/server.log > /tmp/smollm2-sd/stdout.log 2>&1
-  echo "serve-default rc=$?" >> /tmp/smollm2-sd/stdout.log ) &
+    --max-total-tokens 65536 --mem-fraction-static 0.8 --no-progress --out "$SD" \
+    --log-file $SD/server.log > $SD/stdout.log 2>&1
+  echo "serve-default rc=$?" >> $SD/stdout.log ) &
 # bench.e2e with the target's chat template applied client-side (its runner sends the plain
 # "User:/Assistant:" prompt, which a chat model answers worse than it would be used)
-run timeout -s INT "$BENCH_S" python3 - "$WORK/target" "$WORK/head/draft" "$GPUS" "$BENCH_ONLY" > "$OUT/bench.log" 2>&1 <<'PY'
+run timeout -s INT "$BENCH_S" python3 - "$WORK/target" "$WORK/head/draft" "$GPUS" "$BENCH_ONLY" "$BENCH" \
+  > "$OUT/bench.log" 2>&1 <<'PY'
 import functools, sys
 from sglang_eagle_paged.bench import e2e, mtbench
-target, draft, gpus, only = sys.argv[1:5]
+target, draft, gpus, only, out = sys.argv[1:6]
 e2e.run_benchmark = functools.partial(mtbench.run_benchmark, tokenizer=target)
 sys.exit(e2e.main(["--set", "extended", "--only", only, "--target", target, "--draft", draft,
-                   "--out", "/tmp/smollm2-bench", "--questions", "80", "--max-new", "256", "--parallel", "16",
+                   "--out", out, "--questions", "80", "--max-new", "256", "--parallel", "16",
                    "--parallel1-questions", "16", "--warmup", "16", "--concurrency", "12", "--gpus", gpus,
                    "--max-total-tokens", "65536", "--mem-fraction", "0.8"]))
 PY
 say "bench rc=$?"
-[ "$DRY" = 1 ] && exit 0
+if [ "$DRY" = 1 ]; then wait; exit 0; fi
 grep "^\[e2e\]" "$OUT/bench.log" | tail -40
 wait
-tail -30 /tmp/smollm2-sd/stdout.log
+tail -30 $SD/stdout.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-(cd /tmp && tar czf "$OUT/smollm2_serve_default.tgz" smollm2-sd)
-(cd /tmp/smollm2-bench && tar czf "$OUT/smollm2_bench.tgz" --exclude=triton_cache --exclude='*.trace.json*' .)
+(cd "$SD" && tar czf "$OUT/smollm2_serve_default.tgz" .)
+(cd "$BENCH" && tar czf "$OUT/smollm2_bench.tgz" --exclude=triton_cache --exclude='*.trace.json*' .)
