@@ -10,7 +10,7 @@ t0=$SECONDS
 bash scripts/setup_cpu.sh
 SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1 bash scripts/setup_cpu.sh
 bash scripts/fetch_sglang_wheels.sh
-[[ -x scripts/setup_realmodel.sh ]] && bash scripts/setup_realmodel.sh .venv-v1/bin/python
+bash scripts/setup_realmodel.sh .venv-v1
 echo "[test] environments ready in $((SECONDS - t0)) s"
 
 V2_TESTS=(tests/adapters/v2 tests/test_settings.py tests/test_releases.py tests/test_hooks.py tests/test_layout.py

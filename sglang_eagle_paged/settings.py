@@ -8,7 +8,8 @@ User settings:
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND``, ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
-``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``.
+``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
+``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
 Booleans take ``1/on/true/yes`` and ``0/off/false/no`` (any case); unset or empty is the
 default. Any other value raises :class:`SettingsError`, whose one line names the variable
@@ -27,8 +28,9 @@ FA3_EXPAND = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
 VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
 DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
 GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
+SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
-ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS)
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
 
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
@@ -65,6 +67,7 @@ class Settings:
     verify_free: bool = True
     direct_launch: bool = True
     gc_stats_dir: str | None = None
+    smollm2_dir: str | None = None
 
 
 def _raw(env, name: str) -> str:
@@ -110,6 +113,7 @@ def parse(env=None) -> Settings:
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
         gc_stats_dir=gc_dir or None,
+        smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,
     )
 
 

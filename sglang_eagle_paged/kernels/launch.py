@@ -1,10 +1,9 @@
 """Launching our Triton kernels without Triton's per-call argument binding.
 
 ``kernel[grid](...)`` binds and specialises every argument on each call to find the compiled
-variant, then calls its launcher. On the H200 (triton 3.6, ``scripts/bench_launch.py``, run 10)
-that took 16-34 us of host time per launch of our serving-path kernels, against 6-10 us for the
-launcher alone. A draft round at page > 1 makes five such launches on a host-bound server's
-critical path.
+variant, then calls its launcher: several times the launcher's own host time (measured with
+``scripts/bench_launch.py``; numbers in ``docs/performance.md``). A draft round at page > 1 makes
+several such launches on a host-bound server's critical path.
 
 :func:`launch` keeps each kernel's compiled variants keyed by what Triton specialises them on,
 *for kernels that opt out of every value specialisation*: every runtime integer parameter in

@@ -46,10 +46,9 @@ def extension_totals(seq_lens: torch.Tensor, page_size: int, topk: int, steps: i
     """``(int(extend_lens(...).sum()), int(new_pages(...).sum()))`` of CPU lengths.
 
     The draft step needs only these two totals on its fast path, every round, on the host.
-    Per-request vectors of small CPU-tensor ops cost tens of microseconds there (H200 run 8,
-    Python-stack profile of the 16M testbed model at page 64); a NumPy view of the same
-    memory does the arithmetic at about half the cost of torch's CPU dispatch (4.2 vs 8.6 us
-    at bs 64 on the 2-core CI machine, 2026-11-30).
+    Per-request vectors of small CPU-tensor ops cost tens of microseconds there; a NumPy
+    view of the same memory does the arithmetic at about half the cost of torch's CPU
+    dispatch (``docs/performance.md``).
     """
     last = seq_lens.numpy() % page_size
     pages_total = int(((last + (steps + page_size - 1)) // page_size).sum())  # per branch, summed

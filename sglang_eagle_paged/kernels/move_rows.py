@@ -23,8 +23,8 @@ setting, 256 or 128) or, for launches of at most ``SMALL_PAIRS`` pairs, that sma
 axis; the pair count stays a runtime argument, so no accepted-token total compiles a
 variant beyond those two, and warm-up compiles both (:func:`warm_up_pair_counts`). The
 small axis is for one or two requests a round (at most ``steps + 1`` pairs each): a
-256-pair tile there spends most of its lanes masked, and took 7.2 us of device time
-where SGLang's 8-pair variant takes 2.8 us (H200 runs 9-12, 32 layers). The whole
+256-pair tile there spends most of its lanes masked, and was slower than SGLang's 8-pair
+variant on such moves (``docs/performance.md``). The whole
 tile sits in registers between the load and the store, so it holds a fixed number of
 elements: 64 bytes of each of the chunk's rows (16 registers of data per thread, see
 ``_TILE_ROW_BYTES``), and proportionally more of each row at the small axis.
@@ -43,8 +43,7 @@ CHUNK = 256
 
 # A program's tile is 64 bytes of each of the chunk's rows: at 8 warps and a chunk of 256,
 # 64 B (16 registers) of data a thread, as at 32 B and 4 warps, but half the programs, each
-# of which reloads the chunk's indices (an H200 moved 256 rows x 64 buffers of 2 KiB in
-# 24 us against 28). Past 16 elements a row, narrow lanes (rows not a multiple of 4 or 8
+# of which reloads the chunk's indices (faster on the GPU it was measured on). Past 16 elements a row, narrow lanes (rows not a multiple of 4 or 8
 # bytes) would each add a 64-bit address per thread: the cap keeps those variants unspilled.
 _TILE_ROW_BYTES = 64
 _MAX_BLOCK_E = 16

@@ -4,8 +4,8 @@ Before asking SGLang's paged allocator for every branch's pages, SGLang 0.5.12's
 ``_draft_preprocess_decode`` calls ``spec_utils.get_last_loc_large_page_size_large_top_k``:
 about eight small torch ops, then ``mem_cache.common.get_last_loc``, which reads the
 global server args and launches a Triton kernel of its own. All of it is host
-dispatch on the critical path of every draft round (0.43 ms per round in a Python-stack
-profile of an 8B-shaped server on an H200, page 64, topk 8, steps 5: run 6, 2026-11-30). Of its outputs the allocator needs two, which
+dispatch on the critical path of every draft round (its profiled cost: ``docs/performance.md``).
+Of its outputs the allocator needs two, which
 :func:`tree_extension` writes with one launch, per request ``r``
 (``prefix = seq_lens[r]``)::
 

@@ -10,8 +10,8 @@ After a tree verify at ``page_size > 1`` and ``topk > 1``, SGLang needs, per ver
 - an uninitialised buffer the size of ``src_cache_loc`` for the targets, which SGLang fills.
 
 SGLang computes them under ``torch.compile(dynamic=True)``; eager torch needs nine small ops.
-Either way it is 120-140 us of host time per verify round on the H200 (run 9,
-``bench_kernels.py``), on a path a host-bound server runs every round. Here both outputs
+Either way it costs host time on every verify round (``bench_kernels.py``;
+``docs/performance.md``), on a path a host-bound server runs every round. Here both outputs
 come from one launch: programs over ``max(len(accept_index), bs)`` elements in fixed blocks,
 each writing its block of ``src`` and of ``to_free``. The block size is the only constexpr:
 the batch size and the accepted-token total are runtime arguments, so nothing recompiles.

@@ -34,7 +34,7 @@ GGUF_BYTES = 98_362_432
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 UPSTREAM = "HuggingFaceTB/SmolLM2-135M-Instruct"
 NAME = "smollm2-135m-instruct"
-CACHE_ENV = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"
+from ..settings import SMOLLM2_DIR as CACHE_ENV  # noqa: E402
 # Bumped whenever the written folder changes, so an older cache is rebuilt, not served.
 FORMAT_VERSION = 1
 STAMP = "conversion.json"
@@ -56,7 +56,9 @@ class SourceError(RuntimeError):
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
+    from .. import settings
+
+    env = settings.parse().smollm2_dir
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

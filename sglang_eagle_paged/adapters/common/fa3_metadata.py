@@ -1,36 +1,28 @@
 """Replacements of the FA3 backend's tree-draft metadata builders (on by default).
 
 Why: with ``--attention-backend fa3 --page-size > 1 --speculative-eagle-topk > 1``,
-SGLang 0.5.12's draft CUDA-graph runner calls
+SGLang's draft CUDA-graph runner calls
 ``FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph`` every
 draft round. For each of its ``steps - 1`` per-step backends that runs a dozen
 small torch ops, a ``.max().item()`` on the CPU lengths and
 ``draft_decode_set_expand_metadata``, a ``@torch.compile(dynamic=True)`` function
-whose TorchDynamo guards run on the host on every call. Measured on an H200
-(bench/results/2026-11-30-h200-run3, ``scripts/bench_kernels.py``): 0.9-2.2 ms of
-host time per draft round at page 64/128, against 0.4-0.7 ms for the same call at
-page 1: host time on the critical path of every round, paid only at page > 1.
+whose TorchDynamo guards run on the host on every call: host time on the critical
+path of every round, paid only at page > 1 (measured: ``docs/performance.md``).
 
-``SGLANG_EAGLE_PAGED_FA3_EXPAND`` picks what replaces it:
+``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (:mod:`sglang_eagle_paged.settings`) picks what
+replaces it:
 
 - ``fused`` (the default): the whole round's replay metadata in one host max and
   one launch for all steps (:func:`.kernels.draft_decode_metadata.
   draft_decode_metadata_all_steps`, through a table of every step's buffers built
   once per batch size), through an AROUND hook that takes the fused path only
   where it writes exactly what SGLang would (:func:`fused_replay_hook`) and calls
-  SGLang otherwise; plus the expand REPLACE hook below for eager draft steps.
-  Measured with one launch per step (H200, run 3): 0.17-0.35 ms per round (below
-  SGLang's own page-1 cost), identical tables on five shapes, and 48/48 greedy
-  outputs identical to SGLang's metadata on the testbed, at 1.09x its throughput.
-  Why one launch: in a Python-stack profile of an 8B-shaped server (H200,
-  bench/results/2026-11-30-h200-run6; topk 8, steps 5, page 64) each per-step
-  launch still cost 0.14 ms of host time, 0.55 ms per round, mostly Triton's
-  launch path. With one launch (H200, bench/results/2026-11-30-h200-run6/kernels, same
-  script): 63-137 us per round wall at bs 1-32, page 16-128, against SGLang's 426-1,846 us
-  at those pages and 173-575 us at page 1; tables identical to SGLang's on every shape.
-- ``1``/``on``: only ``draft_decode_set_expand_metadata`` becomes one Triton
+  SGLang otherwise; plus the expand REPLACE hook below for eager draft steps. One
+  launch rather than one per step, because each launch's host cost (Triton's
+  launch path) adds up across the steps of a round.
+- ``expand``: only ``draft_decode_set_expand_metadata`` becomes one Triton
   launch (:mod:`.kernels.expand_metadata`).
-- ``0``/``off``: SGLang's own builders.
+- ``off``: SGLang's own builders.
 
 How it is installed: SGLang's ``HookRegistry`` with ``HookType.REPLACE``. A
 REPLACE hook is called as ``hook(*args, **kwargs)`` with exactly the arguments
@@ -217,8 +209,8 @@ def warm_up(device, topk: int, steps: int, page_size: int, chosen: FA3Expand) ->
     SGLang's draft graph runner (0.5.11 and 0.5.12 alike) passes the batch's int64 ``seq_lens`` where the batch
     size has a graph of its own, and its int32 graph buffer where it pads the batch; FA3 derives
     ``last_page_lens`` from either. Each dtype is a Triton variant of its own, and a variant
-    first met while serving stalls the scheduler for its compile: on the H200 (run 10) the
-    first padded batch of a timed pass compiled the all-steps kernel there. Every launch here
+    first met while serving stalls the scheduler for its compile (seen on a GPU: the first
+    padded batch of a timed pass compiled the all-steps kernel). Every launch here
     writes only the scratch tensors made for it.
     """
     if chosen is FA3Expand.OFF or topk <= 1 or page_size <= 1:
