@@ -66,13 +66,13 @@ def test_reference_design_worked_example():
 
 
 def _cases():
+    # Kept small for the interpreter: SGLang's own copy runs there too, tile by tile.
     rng = random.Random(2026)
+    shapes = [(2, 64), (4, 20), (16, 9), (64, 3), (256, 1), (8, 5)]
     out = []
-    for i in range(7):
-        page = rng.choice([2, 4, 16, 64, 256] if i else [256])
-        topk = rng.randint(2, 10)
+    for i, (page, bs) in enumerate(shapes):
+        topk = rng.randint(2, 10) if page <= 16 else rng.randint(2, 4)
         steps = rng.randint(1, 8)
-        bs = rng.choice([1, 3, 9, 20, 64] if page <= 16 else [1, 3, 7])
         seq = []
         for _ in range(bs):
             kind = rng.random()
