@@ -26,8 +26,8 @@ def warm_up_targets() -> list:
     for cls_path in hook_points.DRAFT_WORKERS:
         try:
             cls = pkgutil.resolve_name(cls_path)
-        except (ImportError, AttributeError):
-            out.append(cls_path + ".alloc_memory_pool")  # left to hooks.install to report
+        except Exception:  # noqa: BLE001 -- an import-time error of SGLang's is left to hooks.install to report
+            out.append(cls_path + ".alloc_memory_pool")
             continue
         out.append(cls_path + (".alloc_memory_pool" if "alloc_memory_pool" in vars(cls) else ".__init__"))
     return out
