@@ -23,6 +23,8 @@ def _calls_original(pool):
     """Run our hook on ``pool``; the arguments SGLang's function got, or None if ours copied."""
     page, topk, steps, seq = 4, 3, 2, [5, 6]
     rows = torch.arange(1, 1 + 2 * 64, dtype=torch.int32).view(2, 64)
+    # every slot a real row of the pool: the kernel (interpreted here) writes raw memory
+    assert getattr(pool, "size", None) is None or pool.size >= int(rows.max())
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
     got = []
 
@@ -34,11 +36,11 @@ def _calls_original(pool):
 
 
 def test_plain_pool_is_ours_and_logged_once(caplog):
-    pool = support.make_pool(4, 64)
+    pool = support.make_pool(4, 256)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert pools.copy_table(pool) is not None
         assert pools.copy_table(pool) is not None
-        assert pools.copy_table(support.make_pool(4, 64)) is not None
+        assert pools.copy_table(support.make_pool(4, 256)) is not None
     lines = [r.getMessage() for r in caplog.records if "v2 draft copy" in r.getMessage()]
     assert len(lines) <= 1  # at most one line per class and reason per process (earlier tests may have logged it)
     assert _calls_original(pool) is None
@@ -54,7 +56,7 @@ def test_plain_pool_is_ours_and_logged_once(caplog):
 ])
 def test_layouts_we_decline(attr, value, why):
     # The real class, switched the way its constructor would (HND and scales need CUDA-only recipes here).
-    pool = support.make_pool(4, 64)
+    pool = support.make_pool(4, 256)
     setattr(pool, attr, value)
     assert why in pools.decline_reason(pool)
     args = _calls_original(pool)
@@ -71,12 +73,12 @@ def test_hnd_pool_built_by_its_constructor_is_declined(monkeypatch):
 
 def test_native_move_env_is_declined(monkeypatch):
     monkeypatch.setenv("SGLANG_NATIVE_MOVE_KV_CACHE", "1")
-    pool = support.make_pool(4, 64)
+    pool = support.make_pool(4, 256)
     assert "native move" in pools.decline_reason(pool)
 
 
 def test_extra_buffers_in_data_ptrs_are_declined():
-    pool = support.make_pool(4, 64)
+    pool = support.make_pool(4, 256)
     pool.data_ptrs = torch.cat([pool.data_ptrs, pool.data_ptrs[:1]])
     assert "buffers per slot" in pools.decline_reason(pool)
 
@@ -120,5 +122,5 @@ def test_other_pool_families_are_declined_by_class(path):
 
 
 def test_describe_names_the_path():
-    pool = support.make_pool(4, 64)
+    pool = support.make_pool(4, 256)
     assert pools.describe(pool) == "MHATokenToKVPool: " + pools.OURS
