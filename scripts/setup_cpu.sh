@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Make SGLang importable on a CPU-only machine, reproducibly.
 #
-# Creates .venv in the repo root and installs into it:
+# Creates a virtualenv (default .venv in the repo root) and installs into it:
 #   * torch==2.13.0 (CPU wheel), triton==3.6.0 (its interpreter runs Triton
 #     kernels on CPU tensors with TRITON_INTERPRET=1), numpy<2.4
-#   * sglang==0.5.12.post1 with --no-deps (its full dependency set is CUDA-only)
+#   * sglang (default 0.5.23, the v2 worker; SGLANG_VERSION=0.5.12.post1 for
+#     the v1 worker) with --no-deps (its full dependency set is CUDA-only)
 #   * the small packages SGLang imports when the modules this project uses load
 #   * test/bench tools: pytest, hypothesis, matplotlib, tqdm, requests
 #   * this repo, editable, --no-deps
@@ -15,12 +16,17 @@
 #
 # Idempotent: a stamp in .venv records what was installed; a re-run with the
 # same script only refreshes the shim path and re-runs the import check.
-# Env: PYTHON (default python3) picks the interpreter for the venv;
+# Env: SGLANG_VERSION = 0.5.23 (default) | 0.5.12.post1 (the v1 environment,
+#      e.g. SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1);
+#      VENV (default .venv, relative to the repo root or absolute);
+#      PYTHON (default python3) picks the interpreter for the venv;
 #      SETUP_CPU_FORCE=1 reinstalls the packages even if the stamp matches.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$REPO/.venv"
+SGLANG_VERSION="${SGLANG_VERSION:-0.5.23}"
+VENV="${VENV:-.venv}"
+[[ "$VENV" = /* ]] || VENV="$REPO/$VENV"
 PY="$VENV/bin/python"
 STANDINS="$REPO/scripts/cpu_standins"
 STAMP="$VENV/.sglang_eagle_paged_cpu_setup"
@@ -31,9 +37,12 @@ CORE=(
   "triton==3.6.0"          # TRITON_INTERPRET=1 runs kernels on CPU tensors
   "numpy<2.4"              # triton 3.6.0's interpreter needs numpy < 2.4
 )
-SGLANG="sglang==0.5.12.post1"   # installed with --no-deps
+case "$SGLANG_VERSION" in
+0.5.12.post1)
+SGLANG="sglang==$SGLANG_VERSION"   # installed with --no-deps
 # Found by trial (import, ModuleNotFoundError, add). Versions agree with
 # sglang 0.5.12.post1's Requires-Dist (it pins transformers and openai).
+NO_DEPS_EXTRA=()
 SGLANG_DEPS=(
   "aiohttp==3.14.5"
   "compressed-tensors==0.20.1"
@@ -96,6 +105,89 @@ MODULES=(
   sglang.srt.speculative.eagle_info
   sglang.srt.managers.schedule_batch
 )
+;;
+0.5.23)
+SGLANG="sglang==$SGLANG_VERSION"   # installed with --no-deps
+# Found by trial on 0.5.23 (import, ModuleNotFoundError, add). Versions agree with
+# sglang 0.5.23's Requires-Dist where it pins (openai, compressed-tensors,
+# sentencepiece, transformers, apache-tvm-ffi); compressed-tensors goes in
+# --no-deps (its own dependencies would pull a CUDA torch).
+SGLANG_DEPS=(
+  "aiohttp==3.14.5"
+  "apache-tvm-ffi==0.1.11"
+  "dill==0.4.1"
+  "einops==0.8.2"
+  "fastapi==0.165.0"
+  "gguf==0.19.0"
+  "ipython==9.18.1"
+  "loguru==0.7.3"
+  "msgspec==0.23.0"
+  "openai==2.8.0"
+  "orjson==3.13.0"
+  "packaging==26.4"
+  "partial-json-parser==0.2.1.1.post7"
+  "pillow==13.0.0"
+  "psutil==7.2.2"
+  "pybase64==1.5.1"
+  "pydantic==2.14.4"
+  "pyzmq==27.3.0"
+  "sentencepiece==0.2.1"
+  "setproctitle==1.3.8"
+  "starlette==1.10.0"
+  "transformers==5.19.0"
+  "uvicorn==0.54.0"
+)
+NO_DEPS_EXTRA=("compressed-tensors==0.18.0")
+TOOLS=(
+  "pytest==9.2.0"
+  "hypothesis==6.170.17"
+  "matplotlib==3.11.2"
+  "tqdm==4.70.1"
+  "requests==2.34.2"
+)
+# Transitive pins (a lock), so a fresh machine resolves the same set.
+LOCK="aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-doc==0.0.7
+annotated-types==0.8.0 anyio==4.16.0 apache-tvm-ffi==0.1.11 asttokens==3.0.2
+attrs==26.1.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 click==8.5.1
+compressed-tensors==0.18.0 contourpy==1.3.3 cycler==0.12.1 dill==0.4.1
+distro==1.9.0 einops==0.8.2 executing==2.3.0 fastapi==0.165.0 filelock==4.3.1
+fonttools==4.68.0 frozenlist==1.8.0 fsspec==2026.9.0 gguf==0.19.0 h11==0.16.0
+hf-xet==1.8.0 httpcore2==2.16.2 httpcore==1.0.9 httpx2==2.16.2 httpx==0.28.1
+huggingface_hub==2.4.0 hypothesis==6.170.17 idna==3.20 iniconfig==2.3.1
+ipython==9.18.1 ipython_pygments_lexers==1.1.1 jedi==0.20.1 Jinja2==3.1.6
+jiter==0.19.0 kiwisolver==1.5.1 loguru==0.7.3 markdown-it-py==4.3.0
+MarkupSafe==3.0.4 matplotlib-inline==0.2.2 matplotlib==3.11.2 mdurl==0.1.2
+mpmath==1.3.0 msgspec==0.23.0 multidict==7.2.1 networkx==3.6.1 numpy==2.3.5
+openai==2.8.0 opentelemetry-api==1.45.2 orjson==3.13.0 packaging==26.4
+parso==0.8.7 partial-json-parser==0.2.1.1.post7 pexpect==4.9.0 pillow==13.0.0
+pluggy==1.7.0 prompt_toolkit==3.0.53 propcache==0.5.4 psutil==7.2.2
+ptyprocess==0.7.0 pure_eval==0.2.4 pybase64==1.5.1 pydantic==2.14.4
+pydantic_core==2.50.5 Pygments==2.21.0 pyparsing==3.3.3 pytest==9.2.0
+python-dateutil==4.0.0 PyYAML==6.0.4 pyzmq==27.3.0 regex==2026.11.19
+requests==2.34.2 rich==15.0.0 safetensors==0.8.0 sentencepiece==0.2.1
+setproctitle==1.3.8
+shellingham==1.5.4 sniffio==1.3.1 sortedcontainers==2.4.0 stack-data==0.6.3
+starlette==1.10.0 sympy==1.14.0 tokenizers==0.23.3 tqdm==4.70.1
+traitlets==5.16.1 transformers==5.19.0 truststore==0.10.5 typer==0.29.2
+typing-inspection==0.4.5 typing_extensions==4.16.0 tzdata==2026.6
+urllib3==2.8.0 uvicorn==0.54.0 wcwidth==0.9.4 yarl==1.25.1"
+
+MODULES=(
+  sglang.srt.speculative.eagle_worker_common
+  sglang.srt.speculative.eagle_worker_v2
+  sglang.srt.speculative.standalone_worker_v2
+  sglang.srt.speculative.multi_layer_eagle_worker_v2
+  sglang.srt.mem_cache.memory_pool
+  sglang.srt.mem_cache.allocator
+  sglang.srt.plugins
+  sglang.srt.plugins.hook_registry
+)
+;;
+*)
+  echo "[setup_cpu] SGLANG_VERSION=$SGLANG_VERSION: only 0.5.23 and 0.5.12.post1 are pinned here" >&2
+  exit 2
+;;
+esac
 
 say() { printf '[setup_cpu] %s\n' "$*"; }
 
@@ -103,10 +195,10 @@ say() { printf '[setup_cpu] %s\n' "$*"; }
 # complaint that sglang's CUDA deps are absent (expected: --no-deps).
 pipq() {
   "$PY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
-    | { grep -vE "is ignored: it is neither a file nor a directory|^sglang 0\.5\.12\.post1 requires |dependency resolver does not currently|dependency conflicts\.$" || true; }
+    | { grep -vE "is ignored: it is neither a file nor a directory|^sglang ${SGLANG_VERSION//./\\.} requires |^compressed-tensors .* requires |dependency resolver does not currently|dependency conflicts\.$" || true; }
 }
 
-WANT="$(cat "${BASH_SOURCE[0]}")"
+WANT="$(cat "${BASH_SOURCE[0]}")$SGLANG_VERSION"
 WANT_HASH="$(printf '%s' "$WANT" | sha256sum | cut -d' ' -f1)"
 
 if [[ ! -x "$PY" ]]; then
@@ -128,6 +220,10 @@ else
   pipq --no-deps "$SGLANG"
   say "installing SGLang's import-time deps: ${SGLANG_DEPS[*]}"
   pipq -c "$CONS" "${SGLANG_DEPS[@]}"
+  if (( ${#NO_DEPS_EXTRA[@]} )); then
+    say "installing --no-deps: ${NO_DEPS_EXTRA[*]}"
+    pipq --no-deps "${NO_DEPS_EXTRA[@]}"
+  fi
   say "installing tools: ${TOOLS[*]}"
   pipq -c "$CONS" "${TOOLS[@]}"
   say "installing this repo editable (--no-deps)"
@@ -150,14 +246,15 @@ if ! "$PY" -c 'import sys, sglang_eagle_paged as m; sys.exit(0 if m.__file__.sta
   pipq --no-deps -e "$REPO"
 fi
 
-TRITON_INTERPRET=1 "$PY" -W ignore - "${MODULES[@]}" <<'EOF'
+TRITON_INTERPRET=1 "$PY" -W ignore - "$SGLANG_VERSION" "${MODULES[@]}" <<'EOF'
 import importlib, sys
-for name in sys.argv[1:]:
+for name in sys.argv[2:]:
     importlib.import_module(name)
 import sglang, torch, triton, numpy
 import sglang_eagle_paged
+assert sglang.__version__ == sys.argv[1], f"expected sglang {sys.argv[1]}, got {sglang.__version__}"
 assert torch.version.cuda is None, f"expected a CPU torch build, got CUDA {torch.version.cuda}"
-print(f"[setup_cpu] OK: {len(sys.argv) - 1} SGLang modules import on CPU (TRITON_INTERPRET=1): "
+print(f"[setup_cpu] OK: {len(sys.argv) - 2} SGLang modules import on CPU (TRITON_INTERPRET=1): "
       f"sglang {sglang.__version__}, torch {torch.__version__}, triton {triton.__version__}, "
       f"numpy {numpy.__version__}")
 EOF

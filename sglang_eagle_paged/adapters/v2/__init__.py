@@ -1,1 +1,60 @@
-"""SGLang 0.5.13 - 0.5.23 glue: the v2, overlap-scheduled EAGLE worker."""
+"""The v2 adapter: SGLang's overlap-scheduled v2 worker (0.5.13 .. 0.5.23).
+
+One hot-path hook: the paged tree draft's prefix-tail duplication
+(``duplicate_prefix_tail_to_draft_branches``, :mod:`.duplicate`), in the module home of the
+installed release (:mod:`.hook_points`). Its kernel compiles when the draft worker's pool is
+allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`.
+"""
+
+import pkgutil
+
+from ...hooks import Hook
+from ...settings import Mode, Settings
+from . import hook_points
+from .hook_points import check_hook_points  # noqa: F401  (the release table's check)
+
+GENERATION = "v2"
+
+
+def _mode(settings_or_mode) -> Mode:
+    return Mode(settings_or_mode.mode if isinstance(settings_or_mode, Settings) else settings_or_mode)
+
+
+def warm_up_targets() -> list:
+    """Per draft worker class, the method after which its pool exists in the SGLang importable here."""
+    out = []
+    for cls_path in hook_points.DRAFT_WORKERS:
+        try:
+            cls = pkgutil.resolve_name(cls_path)
+        except Exception:  # noqa: BLE001 -- an import-time error of SGLang's is left to hooks.install to report
+            out.append(cls_path + ".alloc_memory_pool")
+            continue
+        out.append(cls_path + (".alloc_memory_pool" if "alloc_memory_pool" in vars(cls) else ".__init__"))
+    return out
+
+
+def hooks(settings_or_mode, version: str | None = None) -> list:
+    """The v2 hooks for a :class:`~sglang_eagle_paged.settings.Settings` or a mode (on, fake;
+    off installs nothing), for ``version`` (default: the installed SGLang)."""
+    from . import duplicate, warm_up
+
+    mode = _mode(settings_or_mode)
+    if mode is Mode.OFF:
+        return []
+    home = hook_points.home_for(version if version is not None else hook_points.installed_version())
+    out = [Hook(home.target, duplicate.make_hook(mode), "around")]
+    if mode is Mode.ON:  # fake launches nothing: nothing to compile
+        out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
+    return out
+
+
+def installed(hooked: list) -> None:
+    """Nothing to switch on after the hooks took: the duplication hook decides per pool."""
+
+
+def describe(settings_or_mode, hooked: list) -> str:
+    mode = _mode(settings_or_mode)
+    dup = [t for t in hooked if t.endswith("." + hook_points.FUNCTION)]
+    copy = "one-launch duplication on plain MHA pools, SGLang's own elsewhere" if mode is Mode.ON else \
+        "skipped (fake)"
+    return f"draft duplication={dup[0] if dup else 'SGLang' + chr(39) + 's'} ({copy})"

@@ -1,0 +1,52 @@
+"""The v2 worker's prefix-tail duplication, sync-free: an AROUND hook on SGLang's
+``duplicate_prefix_tail_to_draft_branches`` (same arguments, same resulting KV bytes).
+
+SGLang's own function (0.5.13 .. 0.5.23) selects the live pairs with two boolean-mask
+indexings (two host syncs per draft step) and copies them through the pool's
+``move_kv_cache`` in ceil(N/256) launches whose Triton variant depends on N. Here the pairs
+go into fixed-capacity buffers with -1 where there is nothing to copy (:mod:`.pairs`) and one
+launch of :func:`~sglang_eagle_paged.kernels.duplicate_kv_pairs` copies them, whose pair
+count is a runtime argument: the same compiled variant for every batch.
+
+Pools other than the plain NHD ``MHATokenToKVPool`` (:mod:`.pools`) run SGLang's function
+unchanged. Mode ``fake`` copies nothing (the old index-only behaviour, for benchmarks);
+mode ``off`` installs no hook at all.
+"""
+
+from ...kernels import duplicate_kv_pairs
+from ...settings import Mode
+from . import pools
+from .pairs import tail_pairs
+
+
+def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk: int,
+                      page_size: int) -> bool:
+    """Copy every branch's first-page prefix tail with our kernel; False where ``token_to_kv_pool``
+    is not one we copy (nothing done: the caller runs SGLang's function)."""
+    table = pools.copy_table(token_to_kv_pool)
+    if table is None:
+        return False
+    tgt, src = tail_pairs(rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    duplicate_kv_pairs(table, tgt, src)
+    return True
+
+
+def make_hook(mode: Mode):
+    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake)."""
+    mode = Mode(mode)
+    if mode is Mode.OFF:
+        raise ValueError("mode off installs no hook")
+    fake = mode is Mode.FAKE
+
+    def duplicate_prefix_tail_to_draft_branches(original, token_to_kv_pool, rows, prefix_base, last_page,
+                                                 num_new_pages, topk, page_size):
+        if topk <= 1:  # SGLang's own early return: no other branch to fill
+            return None
+        if fake:
+            return None
+        if duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk, page_size):
+            return None
+        return original(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+
+    duplicate_prefix_tail_to_draft_branches.mode = mode
+    return duplicate_prefix_tail_to_draft_branches

@@ -1,0 +1,102 @@
+"""Which v2 draft pools our duplication kernel copies, and which stay with SGLang's own function.
+
+The kernel copies whole K and V rows. That is all a slot holds only in SGLang's plain
+``MHATokenToKVPool`` (the exact class: subclasses such as FP4, MXFP8, PageMajor and NoOp
+keep more state or another layout) with NHD rows and nothing else moved per slot. Every
+pool we decline keeps SGLang's own function, so a -1 sentinel never reaches a pool's own
+``move_kv_cache``.
+
+The verdict is derived once per pool (cached on it, re-derived when its buffer list holds
+other tensors) and logged once per process for each pool class and reason.
+"""
+
+import logging
+
+from ..common import kv_copy
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+_VERDICT_ATTR = "_eagle_paged_v2_verdict"
+_logged = set()
+
+OURS = "one-launch duplication (plain NHD K/V rows)"
+
+
+def _native_move_env() -> bool:
+    try:
+        from sglang.srt.environ import envs
+    except ImportError:
+        return False
+    var = getattr(envs, "SGLANG_NATIVE_MOVE_KV_CACHE", None)
+    return bool(var.get()) if var is not None else False
+
+
+def decline_reason(pool) -> str | None:
+    """None where our kernel copies ``pool`` exactly as SGLang would; else why not, in one line."""
+    cls = type(pool)
+    if cls is not kv_copy.mha_pool_class():
+        return f"{cls.__name__} is not the plain MHATokenToKVPool (its own move_kv_cache)"
+    if getattr(pool, "use_hnd", False):
+        return "HND layout (SGLANG_USE_HND_KVCACHE)"
+    layout = getattr(pool, "kv_cache_layout", "nhd")
+    if layout != "nhd":
+        return f"kv_cache_layout={layout!r}"
+    if getattr(pool, "use_native_move_kv_cache", False) or _native_move_env():
+        return "native move_kv_cache (SGLANG_NATIVE_MOVE_KV_CACHE)"
+    if getattr(pool, "is_quantized_kv_cache", False):
+        return "quantized KV cache"
+    for name in ("k_scale_buffer", "v_scale_buffer", "native_k_scale_buffer", "native_v_scale_buffer"):
+        if getattr(pool, name, None) is not None:
+            return f"scale buffers ({name})"
+    if getattr(pool, "post_capture_active", False):
+        return "post-capture (VMM-backed) KV buffers"
+    k, v = getattr(pool, "k_buffer", None), getattr(pool, "v_buffer", None)
+    if not k or not v:
+        return "no K/V buffers (zero-layer pool)"
+    data_ptrs = getattr(pool, "data_ptrs", None)
+    if data_ptrs is not None and data_ptrs.numel() != len(k) + len(v):
+        # numel is host metadata: what SGLang moves per slot is more than the K and V rows
+        return f"SGLang moves {data_ptrs.numel()} buffers per slot, not only the {len(k) + len(v)} K/V rows"
+    if not all(b.is_contiguous() and b.dim() >= 1 for b in (*k, *v)):
+        return "non-contiguous K/V buffers"
+    return None
+
+
+def _ids(pool) -> tuple:
+    return (*map(id, getattr(pool, "k_buffer", None) or ()), *map(id, getattr(pool, "v_buffer", None) or ()))
+
+
+def _log_once(pool, reason: str | None) -> None:
+    key = (type(pool).__qualname__, reason)
+    if key in _logged:
+        return
+    _logged.add(key)
+    if reason is None:
+        logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s", type(pool).__name__, OURS)
+    else:
+        logger.info("[sglang-eagle-paged] v2 draft copy on %s: SGLang's own duplicate_prefix_tail_to_draft_branches "
+                    "(%s)", type(pool).__name__, reason)
+
+
+def copy_table(pool):
+    """The :class:`~sglang_eagle_paged.kernels.KVBufferTable` our kernel copies ``pool`` with, or
+    None where SGLang's own function must run (see :func:`decline_reason`)."""
+    ids = _ids(pool)
+    cached = getattr(pool, _VERDICT_ATTR, None)
+    if cached is None or cached[0] != ids:
+        reason = decline_reason(pool)
+        _log_once(pool, reason)
+        cached = (ids, reason)
+        try:
+            setattr(pool, _VERDICT_ATTR, cached)
+        except AttributeError:  # a pool class with __slots__: derive every call
+            pass
+    if cached[1] is not None:
+        return None
+    return kv_copy.pool_table(pool)
+
+
+def describe(pool) -> str:
+    """Which path serves ``pool`` and why, in one line (doctor, logs)."""
+    reason = decline_reason(pool)
+    return f"{type(pool).__name__}: " + (OURS if reason is None else f"SGLang's own copy ({reason})")

@@ -1,0 +1,61 @@
+"""Warm-up compiles the one variant serving uses: after it, no pair count gives a new
+specialisation of our kernel."""
+
+import v2_support as support
+
+support.require_sglang()
+
+from types import SimpleNamespace  # noqa: E402
+
+import torch  # noqa: E402
+
+from helpers.interpreter_order import capture_specializations  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import duplicate, warm_up  # noqa: E402
+from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel  # noqa: E402
+from sglang_eagle_paged.settings import Mode  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_no_new_specialisation_after_warm_up():
+    page, topk, steps = 16, 4, 3
+    batches = [[1], [17, 33], [16, 5, 9, 15, 2], [31] * 9]
+    layouts = [support.layout_rows(seq, page, topk, steps, seed=i) for i, seq in enumerate(batches)]
+    pool = layouts[-1][0]
+    rows0 = layouts[0][1]
+    worker = SimpleNamespace(topk=topk, draft_runner=SimpleNamespace(
+        token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows0)))
+    support.fill_random(pool, 1)
+    start = support.snapshot(pool)
+    with capture_specializations(_duplicate_kv_kernel) as warm:
+        assert warm_up.after_hook("result", worker) == "result"
+        warm_up.after_hook(None, worker)  # a second call (alloc_memory_pool after __init__) compiles nothing more
+    assert len(warm) == 1
+    for a, b in zip(start, support.snapshot(pool)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
+    hook = duplicate.make_hook(Mode.ON)
+    with capture_specializations(_duplicate_kv_kernel) as serving:
+        for (_, rows), seq in zip(layouts, batches):
+            rows = rows.clamp_max(pool.size)
+            hook(None, pool, rows, *support.draft_args(seq, page, steps), topk, page)
+    assert len(serving) == len(batches)
+    assert set(serving) == set(warm), (serving, warm)
+
+
+def test_slot_dtype_of_the_rows_is_warmed():
+    pool, rows = support.layout_rows([5], 8, 3, 2, seed=2)
+    worker = SimpleNamespace(topk=3, draft_runner=SimpleNamespace(
+        token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows.to(torch.int64))))
+    with capture_specializations(_duplicate_kv_kernel) as warm64:
+        warm_up.warm_up_worker(worker)
+    with capture_specializations(_duplicate_kv_kernel) as serve32:
+        duplicate.make_hook(Mode.ON)(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
+    assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
+
+
+def test_nothing_to_warm_without_pool_or_for_declined_pools():
+    assert not warm_up.warm_up_worker(SimpleNamespace(topk=4, draft_runner=None))  # __init__ before alloc_memory_pool
+    pool = support.make_pool(4, 64)
+    pool.use_hnd = True
+    assert not warm_up.warm_up_pool(pool, 4, 4, torch.int32)
+    assert not warm_up.warm_up_pool(support.make_pool(4, 64), 1, 4, torch.int32)
