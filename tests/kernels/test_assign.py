@@ -64,8 +64,11 @@ def _seed_lists(text: str) -> dict:
     """The worked example's three lists as the design states them (their "..." tails dropped)."""
     lines = text.splitlines()
     found = {}
-    for label, key in (("source_cache_loc", "src"), ("target_cache_loc", "tgt"), ("out_cache_loc to be filled", "out")):
-        i = next(n for n, line in enumerate(lines) if line.strip().startswith(label))
+    # the source list follows the sentence that names it; the other two follow their own labels
+    for key, is_label in (("src", lambda line: "source_cache_loc and target_cache_loc(len=" in line),
+                          ("tgt", lambda line: line.strip().startswith("target_cache_loc")),
+                          ("out", lambda line: line.strip().startswith("out_cache_loc to be filled"))):
+        i = next(n for n, line in enumerate(lines) if is_label(line))
         nums = re.findall(r"\d+", lines[i + 1].split("...")[0])
         found[key] = [int(x) for x in nums]
     return found

@@ -326,7 +326,7 @@ def test_no_host_sync_on_device_tensors():
 
 # --- allocator bookkeeping over many steps ----------------------------------------------
 
-STEPS_CHURN = 1000
+STEPS_CHURN = int(os.environ.get("SGLANG_EAGLE_PAGED_TEST_CHURN_STEPS", "1000"))
 
 
 def test_allocator_restored_over_many_random_steps(monkeypatch):
@@ -338,7 +338,7 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
     from sglang_eagle_paged.adapters.v1 import draft_preprocess as dp
 
     rng = random.Random(1234)
-    h = PagedTreeHarness(16, 4, 3, num_tokens=2048, head_num=1, head_dim=8, layer_num=1, max_reqs=24)
+    h = PagedTreeHarness(16, 4, 3, num_tokens=2048, head_num=1, head_dim=8, layer_num=1, max_reqs=26)
     baseline = h.allocator.available_size()
     readable, counts = dp._readable_free_pages, {"fast": 0, "fallback": 0, "oom": 0}
 
@@ -355,7 +355,8 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
         counts["step"] = step
         if live and rng.random() < 0.3:
             h.finish_request(live.pop(rng.randrange(len(live))))
-        while len(live) < 3 or (len(live) < 12 and rng.random() < 0.3):
+        fill = step % 40 == 39  # now and then the prefixes take the whole pool: the tree cannot fit
+        while len(live) < 3 or (len(live) < (24 if fill else 12) and (fill or rng.random() < 0.3)):
             try:
                 live.append(h.add_request(rng.randint(1, 160)))
             except MemoryError:
@@ -375,7 +376,7 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
     for r in list(live):
         h.finish_request(r)
     assert h.allocator.available_size() == baseline
-    assert counts["fast"] > 100 and counts["fallback"] > 100 and counts["oom"] > 0, counts
+    assert min(counts["fast"], counts["fallback"]) > STEPS_CHURN // 5 and counts["oom"] > 0, counts
 
 
 def _sorting_allocator_short_of_free_pages():
