@@ -42,7 +42,7 @@ def resolvable(target: str) -> str | None:
     """None where ``target`` resolves; else why not, in one line."""
     try:
         resolve(target)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 -- an import-time error of SGLang's is "not there" too
         return f"{type(exc).__name__}: {exc}"
     return None
 

@@ -1,11 +1,16 @@
 """The main job on a CPU: the real duplication path on SGLang's real pools.
 
-Runs our ``_draft_preprocess_decode`` (Triton kernels under ``TRITON_INTERPRET=1``
-when there is no GPU) on SGLang's ``ReqToTokenPool``, ``MHATokenToKVPool`` and
-``PagedTokenToKVPoolAllocator``: first the reference design's worked example, then
-a random batch, printing each branch's pages and checking that every branch reads
-the prefix's KV. The same batch in ``fake`` mode shows what index-only assignment
-leaves behind.
+With the plugin registered as SGLang registers it, on the installed release's generation:
+
+- v2 (0.5.13 and later): SGLang's own ``prepare_for_draft`` runs its paged branch on a real
+  ``MHATokenToKVPool``, calling the duplication by its module global, which is ours once hooked;
+- v1: SGLang's ``EAGLEWorker._draft_preprocess_decode``, hooked, on its real ``ReqToTokenPool``,
+  ``MHATokenToKVPool`` and ``PagedTokenToKVPoolAllocator``.
+
+Each runs the reference design's worked example, then a random batch, printing each branch's
+pages and checking that every branch reads the prefix's KV (Triton kernels under
+``TRITON_INTERPRET=1`` where there is no GPU). The same batch in ``fake`` mode shows what
+index-only assignment leaves behind.
 """
 
 import os
@@ -58,6 +63,11 @@ def _step(h, rows, mode):
 
 def run(args) -> int:
     device = _setup_device()
+    from ..releases import support
+
+    generation = support().generation
+    if generation == "v2":
+        return _run_v2(args, device)
     from .. import plugin
     from .harness import PagedTreeHarness
 
@@ -93,6 +103,78 @@ def run(args) -> int:
         total = len(rows) * args.topk * 2 * h.kv_pool.layer_num
         results[mode] = bad
         print(f"  mode={mode.value:4s}: {total - len(bad)}/{total} (request, branch, K/V buffer) read the prefix's KV")
+    ok = ok_example and not results[Mode.ON] and (results[Mode.FAKE] or args.topk == 1)
+    print("\nOK: every branch reads the prefix's KV; index-only (fake) does not." if ok else "\nFAILED")
+    return 0 if ok else 1
+
+
+# --- v2: SGLang's own prepare_for_draft, with the plugin's duplication hooked in -------------------
+
+def _v2_step(pool, rows, seq_lens, page, topk, steps, mode):
+    from . import v2_harness as vh
+
+    if mode is Mode.ON:  # SGLang's caller, reaching the hooked function by its module global
+        out, stopped = vh.prepare_for_draft(pool, rows, seq_lens, page, topk, steps)
+        return out, stopped
+    return None, None  # fake: the index-only path copies nothing
+
+
+def _show_v2(rows, n, page, topk, steps, limit=None):
+    last, base = n % page, n - n % page
+    pages = (last + steps + page - 1) // page
+    print(f"  request: prefix {n} tokens, last page holds {last}")
+    for t in range(topk)[:limit]:
+        start = base + t * pages * page
+        first = int(rows[start]) // page
+        role = "continues the prefix page" if t == 0 else f"copy of {last} slots"
+        print(f"    branch {t}: page {first:4d} (slots {first * page}..{(first + 1) * page - 1}), {role}")
+
+
+def _run_v2(args, device) -> int:
+    import torch
+
+    from .. import plugin
+    from . import v2_harness as vh
+
+    plugin.register()
+    if plugin.active_mode() != Mode.ON.value:
+        print(f"the plugin is not active here ({plugin.active_mode()}): see `sglang-eagle-paged doctor`")
+        return 1
+    print(f"device: {device}" + (" (Triton interpreter)" if device == "cpu" else "")
+          + "; SGLang's v2 prepare_for_draft with the plugin's duplication hooked in")
+    print("\n1) The reference design's worked example: page 4, topk 8, steps 5, prefix slots 4..10")
+    page, topk, steps = 4, 8, 5
+    pool = vh.make_pool(page, 256, device=device)
+    vh.fill_random(pool, 0)
+    rows = (torch.arange(96, dtype=torch.int32, device=device) + 4).view(1, -1)  # the scheduler's row: slot 4 on
+    out, stopped = _v2_step(pool, rows, [7], page, topk, steps, Mode.ON)
+    got = out.cpu().tolist() if out is not None else []
+    print(f"  prefix slots   {rows[0, :7].tolist()}")
+    print(f"  out_cache_loc  {got[:15]} ...")
+    _show_v2(rows[0], 7, page, topk, steps, limit=3)
+    expected = [11, 12, 13, 14, 15, 19, 20, 21, 22, 23, 27, 28, 29, 30, 31]
+    ok_example = got[:15] == expected and not vh.branch_mismatches(pool, rows, [7], page, topk, steps)
+    print(f"  matches the worked example (last value 27, the text's 24 is a typo): {ok_example}")
+    if stopped:
+        print(f"  (SGLang stopped after its paged branch, building the model's batch: {stopped})")
+
+    print(f"\n2) A random batch: {args.batch_size} requests, page {args.page_size}, topk {args.topk}, "
+          f"steps {args.steps}")
+    rng = random.Random(args.seed)
+    lens = [rng.randint(1, 5 * args.page_size) for _ in range(args.batch_size)]
+    results = {}
+    for mode in (Mode.ON, Mode.FAKE):
+        pool, rows = vh.layout_rows(lens, args.page_size, args.topk, args.steps, seed=args.seed, device=device)
+        vh.fill_random(pool, args.seed)
+        _v2_step(pool, rows, lens, args.page_size, args.topk, args.steps, mode)
+        if mode is Mode.ON:
+            for r, n in list(enumerate(lens))[:2]:
+                _show_v2(rows[r], n, args.page_size, args.topk, args.steps)
+        bad = vh.branch_mismatches(pool, rows, lens, args.page_size, args.topk, args.steps)
+        copies = sum(1 for n in lens if n % args.page_size) * (args.topk - 1) * 2 * pool.layer_num
+        results[mode] = bad
+        print(f"  mode={mode.value:4s}: {copies - len(bad)}/{copies} (request, branch, K/V buffer) copies "
+              "read the prefix's KV")
     ok = ok_example and not results[Mode.ON] and (results[Mode.FAKE] or args.topk == 1)
     print("\nOK: every branch reads the prefix's KV; index-only (fake) does not." if ok else "\nFAILED")
     return 0 if ok else 1

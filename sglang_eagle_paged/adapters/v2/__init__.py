@@ -58,3 +58,25 @@ def describe(settings_or_mode, hooked: list) -> str:
     copy = "one-launch duplication on plain MHA pools, SGLang's own elsewhere" if mode is Mode.ON else \
         "skipped (fake)"
     return f"draft duplication={dup[0] if dup else 'SGLang' + chr(39) + 's'} ({copy})"
+
+
+def doctor_lines(settings_or_mode) -> list:
+    """(label, detail) lines for ``doctor``: the hook point of this release and the copy path per
+    draft decode backend."""
+    from types import SimpleNamespace
+
+    from . import backends
+
+    mode = _mode(settings_or_mode)
+    version = hook_points.installed_version()
+    home = hook_points.home_for(version)
+    out = [("v2 hook point", f"{home.target} (SGLang {version})")]
+    for backend in ("fa3", "flashinfer", "triton"):
+        if mode is Mode.FAKE:
+            out.append((f"copy ({backend})", "skipped: mode fake (index-only, benchmarks)"))
+            continue
+        copy, reason = backends.copy_needed(SimpleNamespace(speculative_eagle_topk=8, page_size=64,
+                                                            attention_backend=backend))
+        out.append((f"copy ({backend})", ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy
+                                          else "skipped: ") + reason))
+    return out

@@ -8,15 +8,37 @@ go into fixed-capacity buffers with -1 where there is nothing to copy (:mod:`.pa
 launch of :func:`~sglang_eagle_paged.kernels.duplicate_kv_pairs` copies them, whose pair
 count is a runtime argument: the same compiled variant for every batch.
 
+Copy only where it is read: the server's draft decode backend decides, once per process
+(:mod:`.backends`): fa3 reads the copied slots, flashinfer and triton provably never do, so for
+them the hook returns without a launch (nothing to copy is the fastest copy); anything the proof
+does not cover copies, as SGLang does.
+
 Pools other than the plain NHD ``MHATokenToKVPool`` (:mod:`.pools`) run SGLang's function
 unchanged. Mode ``fake`` copies nothing (the old index-only behaviour, for benchmarks);
 mode ``off`` installs no hook at all.
 """
 
+import logging
+
 from ...kernels import duplicate_kv_pairs
 from ...settings import Mode
-from . import pools
+from . import backends, pools
 from .pairs import tail_pairs
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+
+def server_copy_decision() -> tuple:
+    """``backends.copy_needed`` for this process's server arguments; copy where they are unknown."""
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        args = get_global_server_args()
+    except Exception:  # noqa: BLE001 -- no server here (a tool, a test): copy, as SGLang does
+        args = None
+    if args is None:
+        return True, "no server arguments in this process: copy as SGLang does"
+    return backends.copy_needed(args)
 
 
 def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk: int,
@@ -31,18 +53,26 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     return True
 
 
-def make_hook(mode: Mode):
-    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake)."""
+def make_hook(mode: Mode, copy_decision=server_copy_decision):
+    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake).
+    ``copy_decision() -> (copy, reason)`` is asked once, at the first draft step."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")
     fake = mode is Mode.FAKE
+    decided = []
 
     def duplicate_prefix_tail_to_draft_branches(original, token_to_kv_pool, rows, prefix_base, last_page,
                                                  num_new_pages, topk, page_size):
         if topk <= 1:  # SGLang's own early return: no other branch to fill
             return None
         if fake:
+            return None
+        if not decided:
+            decided.append(copy_decision())
+            logger.info("[sglang-eagle-paged] draft prefix-tail copy: %s (%s)",
+                        "on" if decided[0][0] else "skipped", decided[0][1])
+        if not decided[0][0]:
             return None
         if duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk, page_size):
             return None

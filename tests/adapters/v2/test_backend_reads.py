@@ -447,7 +447,10 @@ def _extra_kernels():
     """``generate_draft_decode_kv_indices`` of other releases, from unpacked wheels named by
     SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC (os.pathsep-separated folders holding ``sglang/``)."""
     out = []
-    for root in filter(None, os.environ.get("SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC", "").split(os.pathsep)):
+    wheels = Path(__file__).resolve().parents[3] / ".sglang-wheels"  # scripts/fetch_sglang_wheels.sh
+    default = os.pathsep.join(str(wheels / v) for v in ("0.5.13.post1", "0.5.15.post1", "0.5.17")
+                              if (wheels / v / ".unpacked").is_file())
+    for root in filter(None, os.environ.get("SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC", default).split(os.pathsep)):
         homes = ("kernels/ops/speculative/cache_locs.py",  # 0.5.16+
                  "srt/speculative/triton_ops/cache_locs.py")  # 0.5.13 - 0.5.15.post1
         path = next((Path(root) / "sglang" / h for h in homes if (Path(root) / "sglang" / h).is_file()), None)
@@ -458,7 +461,7 @@ def _extra_kernels():
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         out.append(pytest.param(module.generate_draft_decode_kv_indices, id=Path(root).name))
-    return out or [pytest.param(None, marks=pytest.mark.skip(reason="SGLANG_EAGLE_PAGED_EXTRA_SGLANG_SRC unset"))]
+    return out or [pytest.param(None, marks=pytest.mark.skip(reason="no other release's source: run scripts/fetch_sglang_wheels.sh"))]
 
 
 @pytest.mark.parametrize("kernel", _extra_kernels())
