@@ -98,13 +98,13 @@ fi
 mkdir -p "$OUT" "$CACHE/wheels" "$CACHE/fa3" "$CACHE/core"
 OUT=$(cd "$OUT" && pwd)
 
-norm() { echo "$1" | tr 'A-Z' 'a-z' | sed 's/[-_.]\+/_/g'; }
+norm() { local x=${1,,}; echo "${x//[-.]/_}"; }   # PEP 503-ish, in bash (no subprocess per wheel)
 find_wheel() {  # name version -> cached wheel path (or nothing)
   local n v f b bn rest bv
   n=$(norm "$1"); v=$2
   for f in "$CACHE"/wheels/*.whl; do
     [ -e "$f" ] || continue
-    b=$(basename "$f"); bn=$(norm "${b%%-*}"); rest=${b#*-}; bv=${rest%%-*}
+    b=${f##*/}; bn=${b%%-*}; bn=${bn,,}; bn=${bn//[-.]/_}; rest=${b#*-}; bv=${rest%%-*}
     if [ "$bn" = "$n" ] && [ "$bv" = "$v" ]; then echo "$f"; return; fi
   done
 }
