@@ -6,7 +6,7 @@
 # tarball under $OUT. Results accumulate in /tmp/v2/<subcommand> on the warm machine: the same
 # call again resumes (configurations and pairs measured already are skipped).
 #
-#   setup     install only (and `doctor`): carry .devbundle-v2's core.part*/core.sha256 and/or
+#   setup     install only (and `doctor` once FA3 is in; DOCTOR=0 skips it): carry .devbundle-v2's core.part*/core.sha256 and/or
 #             fa3.part*/fa3.sha256 (testbed weights moved out of the tree for these calls)
 #   correct   points 1-3, fa3: outputs ours vs SGLang's own (page 64, 128, and 64 without overlap
 #             scheduling), acceptance at 64/128 vs page 1, fake vs on; host syncs per draft step
@@ -75,8 +75,11 @@ measure() {
 case "$SUB" in
   setup)
     if [ -z "$DRY" ]; then
-      timeout 150 "$PY" -m sglang_eagle_paged.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
-      tail -25 "$R/doctor.txt"
+      # doctor (the plugin's own report and self-test) once FA3 is in, unless DOCTOR=0
+      if [ "${DOCTOR:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
+        timeout 150 "$PY" -m sglang_eagle_paged.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
+        tail -25 "$R/doctor.txt"
+      fi
       cp "$OUT/log.txt" "$R/setup.log"
     else
       echo "setup: setup_v2.sh, then sglang_eagle_paged.cli doctor"

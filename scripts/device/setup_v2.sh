@@ -11,6 +11,7 @@
 #           sglang.srt.plugins entry point, read from pyproject.toml) with the checkout on
 #           PYTHONPATH: the servers run the tree that came with this call, nothing to build or carry.
 #           A carried .whl/ (PKG_SOURCE=wheel) is installed instead.
+#   extra   BUNDLE/extra/*.whl, if any (a wheel added after the core was built), once per machine
 # then writes SITE/.devbundle/env.sh (PYTHONPATH, offline Hugging Face, CUDA_HOME and the JIT
 # toolchain work-arounds) and, after a new install, checks the imports SGLang serves with.
 # SETUP_V2_IMPORT_CHECK=0 skips that check (the CPU test of this script); PYTHON picks python.
@@ -108,6 +109,16 @@ elif why=$(pieces_ready fa3); then
   NEW=1
 else
   say "fa3: not installed ($why): --attention-backend fa3 waits for the rest"
+fi
+
+# ---- extra wheels: a module the import check found missing, added without rebuilding the core ----
+EXTRA=$(ls "$B"/extra/*.whl 2>/dev/null)
+if [ -n "$EXTRA" ] && ! sha256sum $EXTRA | cmp -s - "$SITE/.devbundle/extra.sha256"; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $EXTRA >> "$LOG" 2>&1 \
+    || die "pip install of $B/extra failed (see $LOG)"
+  sha256sum $EXTRA > "$SITE/.devbundle/extra.sha256"
+  say "extra: installed $(basename -a $EXTRA | xargs)"
+  NEW=1
 fi
 
 # ---- this package ----------------------------------------------------------------------------

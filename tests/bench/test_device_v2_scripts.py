@@ -174,6 +174,20 @@ def test_setup_installs_core_then_fa3_when_its_last_part_arrives(bundle, tmp_pat
     assert "fa3: installed on this machine already" in third.stdout
 
 
+def test_setup_adds_an_extra_wheel_once(bundle, tmp_path):
+    _, out = bundle
+    site = tmp_path / "site"
+    co = _checkout(tmp_path, out, ["core.sha256", *sorted(p.name for p in out.glob("core.part*"))])
+    assert _setup(co, site).returncode == 0
+    (co / ".devbundle-v2" / "extra").mkdir()
+    _wheel(co / ".devbundle-v2" / "extra" / "late_module-1.0-py3-none-any.whl", "late-module", "1.0",
+           {"late_module/__init__.py": b"X = 1\n"})
+    added = _setup(co, site)
+    assert added.returncode == 0 and "extra: installed late_module-1.0-py3-none-any.whl" in added.stdout
+    assert (site / "late_module" / "__init__.py").exists()
+    assert "extra: installed" not in _setup(co, site).stdout
+
+
 def test_setup_refuses_a_corrupt_or_incomplete_core(bundle, tmp_path):
     _, out = bundle
     co = _checkout(tmp_path, out, ["core.sha256", "core.part00"])

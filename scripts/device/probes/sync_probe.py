@@ -32,6 +32,8 @@ import warnings
 
 ENV_VAR = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
+# warnings filters match from the message's start; torch may put text before it
+FILTER_RE = ".*" + SYNC_MESSAGE
 WORKER_MODULE = "sglang.srt.speculative.eagle_worker_v2"
 WRITE_INTERVAL_S = 1.0
 
@@ -102,8 +104,8 @@ class Probe:
         # Python shows a warning once per source line by default; every sync must reach
         # _showwarning. Re-asserted at each window: SGLang adds filters of its own at start-up.
         first = warnings.filters[0] if warnings.filters else None
-        if not (first and first[0] == "always" and first[1] is not None and first[1].pattern == SYNC_MESSAGE):
-            warnings.filterwarnings("always", message=SYNC_MESSAGE)
+        if not (first and first[0] == "always" and first[1] is not None and first[1].pattern == FILTER_RE):
+            warnings.filterwarnings("always", message=FILTER_RE)
 
     # -- windows ---------------------------------------------------------------------------
     def enter(self, name: str) -> None:
@@ -146,6 +148,8 @@ class Probe:
         return wrapped
 
     def write(self) -> None:
+        if not self.counts.windows:  # a process that never drafted (launcher, tokenizer, detokenizer)
+            return
         try:
             os.makedirs(self.out_dir, exist_ok=True)
             path = os.path.join(self.out_dir, f"sync-{os.getpid()}.json")
