@@ -5,7 +5,8 @@
 # network): 0.5.17 is the newest v2-worker release that pins the machine's torch, so torch and
 # triton stay the machine's own. Writes into OUT_DIR:
 #   core.partNN + core.sha256   one tar (SHA256SUMS, manifest.txt, fa3.expected, wheels.tar.xz),
-#                               split into pieces of at most PART_MIB (default 35) MiB
+#                               split into pieces of at most PART_MIB (default 20) MiB: three fit a
+#                               call without the testbed weights, one a call with them
 #   fa3.partNN  + fa3.sha256    sgl_kernel/flash_ops.abi3.so (the FA3 backend; 0.5.17 loads it from
 #                               sgl_kernel, SGLANG_USE_SGL_FA3_KERNEL's default), xz -9e, same split
 #   sizes.txt                   every piece's size and every wheel's, original and as bundled
@@ -28,7 +29,7 @@ WANT_FA3=1
 [ "${2:-}" = "--no-fa3" ] && WANT_FA3=0
 CACHE=${DEVBUNDLE_CACHE:-$HOME/.cache/devbundle-v2}
 PY=${PYTHON:-python3}
-PART_MIB=${PART_MIB:-35}
+PART_MIB=${PART_MIB:-20}
 PART=$((PART_MIB * 1024 * 1024))
 
 # name version policy
@@ -228,7 +229,7 @@ fi
   echo "# SGLang 0.5.17 device bundle, built $(date -u +%Y-%m-%dT%H:%MZ) by scripts/device/make_bundle_v2.sh"
   echo "# pieces (bytes, MiB)"
   (cd "$OUT" && for f in core.part* core.sha256 fa3.part* fa3.sha256; do
-     [ -e "$f" ] && printf "%-14s %10d  %6.2f\n" "$f" "$(stat -c %s "$f")" "$(stat -c %s "$f" | awk '{print $1/1048576}')"
+     if [ -e "$f" ]; then printf "%-14s %10d  %6.2f\n" "$f" "$(stat -c %s "$f")" "$(stat -c %s "$f" | awk '{print $1/1048576}')"; fi
    done)
   printf "%-14s %10d  %6.2f   (wheels.tar.xz inside core)\n" wheels.tar.xz "$(stat -c %s "$WXZ")" "$(stat -c %s "$WXZ" | awk '{print $1/1048576}')"
   echo "# wheels: original MiB, bundled (stored, slimmed) MiB"

@@ -107,6 +107,17 @@ def test_the_bundle_is_in_pieces_with_their_hashes_and_sizes(bundle):
         assert re.search(rf"^{p.name}\s+{p.stat().st_size}\s", sizes, re.M), p.name
 
 
+def test_a_core_only_bundle_lists_its_pieces(bundle, tmp_path):
+    cache, _ = bundle
+    env = {**os.environ, "DEVBUNDLE_CACHE": str(cache), "PART_MIB": "1", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(DEVICE / "make_bundle_v2.sh"), str(tmp_path), "--no-fa3"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(tmp_path.glob("fa3.*"))
+    sizes = (tmp_path / "sizes.txt").read_text()
+    assert "core.part01" in sizes and "# dropped members" in sizes and "sgl_kernel/flash_ops.abi3.so" in sizes
+
+
 def _core_members(out: Path) -> dict:
     joined = b"".join(p.read_bytes() for p in sorted(out.glob("core.part*")))
     import tarfile
