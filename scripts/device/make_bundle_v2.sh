@@ -137,7 +137,7 @@ done <<< "$PKGS"
 
 echo "== re-packing wheels stored (slimming sglang-kernel, xgrammar, sglang)"
 FA3_HASH=$("$PY" - "$STAGE" "$SK_ORIG" "${WHEEL_LIST[@]}" <<'PYEOF'
-import base64, hashlib, os, re, sys, zipfile
+import base64, csv, hashlib, io, os, re, sys, zipfile
 stage, sk = sys.argv[1:3]
 wheels = sys.argv[3:]
 FA3 = "sgl_kernel/flash_ops.abi3.so"
@@ -178,10 +178,13 @@ for src in wheels:
                 continue
             data = zin.read(n)
             put(zout, n, data, info.external_attr)
-            rows.append(f"{n},{h(data)},{len(data)}")
-        # A slimmed wheel's RECORD lists what it holds (pip checks nothing else).
-        rows.append(f"{rec},,")
-        put(zout, rec, ("\n".join(rows) + "\n").encode(), 0o100644 << 16)
+            rows.append((n, h(data), len(data)))
+        # The RECORD lists what the wheel holds now; csv quotes names with commas (SGLang ships
+        # Triton configs named "E=64,N=1536,...json").
+        rows.append((rec, "", ""))
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        put(zout, rec, text.getvalue().encode(), 0o100644 << 16)
 print(fa3)
 PYEOF
 )

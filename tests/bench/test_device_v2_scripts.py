@@ -9,6 +9,7 @@
 """
 
 import base64
+import csv
 import hashlib
 import io
 import json
@@ -81,6 +82,7 @@ def bundle(tmp_path_factory):
         elif name == "sglang":
             files["sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so"] = b"rust"
             files["sglang/srt/speculative/eagle_worker_common.py"] = b"# stand-in\n"
+            files["sglang/configs/E=64,N=1536,device_name=H200.json"] = b"{}"
             files["sglang/payload.bin"] = os.urandom(1200 * 1024)  # makes core two parts
         _wheel(cache / "wheels" / f"{name.replace('-', '_')}-{ver}-py3-none-any.whl", name, ver, files)
     out = tmp / "out"
@@ -137,7 +139,7 @@ def test_slimmed_wheels_hold_and_record_only_what_serving_needs(bundle):
                     "sgl_kernel/infllm_ops.cpython-310-x86_64-linux-gnu.so", "sgl_kernel/flashmla_ops.abi3.so"):
         assert dropped not in names
     record = next(n for n in names if n.endswith("RECORD"))
-    recorded = {row.split(",")[0] for row in sk.read(record).decode().splitlines() if row}
+    recorded = {row[0] for row in csv.reader(io.StringIO(sk.read(record).decode())) if row}
     assert recorded == names
     assert all(i.compress_type == zipfile.ZIP_STORED for i in sk.infolist())
     xg = zipfile.ZipFile(io.BytesIO(next(v for k, v in members.items() if k.startswith("xgrammar-"))))
@@ -145,6 +147,9 @@ def test_slimmed_wheels_hold_and_record_only_what_serving_needs(bundle):
     sg = zipfile.ZipFile(io.BytesIO(next(v for k, v in members.items() if k.startswith("sglang-0"))))
     assert "sglang/srt/server/_core.cpython-312-x86_64-linux-gnu.so" not in sg.namelist()
     assert "sglang/srt/speculative/eagle_worker_common.py" in sg.namelist()
+    sg_record = next(n for n in sg.namelist() if n.endswith("RECORD"))
+    rows = [row for row in csv.reader(io.StringIO(sg.read(sg_record).decode())) if row]
+    assert all(len(row) == 3 for row in rows) and {row[0] for row in rows} == set(sg.namelist())
 
 
 def _checkout(tmp_path: Path, out: Path, parts: list) -> Path:
