@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# call_v2.sh SUBCOMMAND     one device call of issue 30 (SGLang 0.5.17's v2 worker on the H200)
+#
+# Every subcommand first runs setup_v2.sh (installs whatever bundle pieces this or an earlier call on
+# this machine carried; a no-op once done), stops servers an earlier call left, and ends with one
+# tarball under $OUT. Results accumulate in /tmp/v2/<subcommand> on the warm machine: the same
+# call again resumes (configurations and pairs measured already are skipped).
+#
+#   setup     install only (and `doctor` once FA3 is in; DOCTOR=0 skips it): carry .devbundle-v2's core.part*/core.sha256 and/or
+#             fa3.part*/fa3.sha256 (testbed weights moved out of the tree for these calls)
+#   correct   points 1-3, fa3: outputs ours vs SGLang's own (page 64, 128, and 64 without overlap
+#             scheduling), acceptance at 64/128 vs page 1, fake vs on; host syncs per draft step
+#             (probes/sync_probe.py in every server); Triton compiles after warm-up (fresh
+#             TRITON_CACHE_DIR per server). All servers of the set start together.
+#   ab        point 4: paired ABBA A/B (bench.ab) of AB_PAIRS, one pair at a time, 95% intervals
+#   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
+#             (flashinfer compiles its kernels with nvcc on first use: minutes on a fresh machine)
+#
+# Environment (defaults in brackets):
+#   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420]; at most 540
+#   V2_ONLY     configurations of the set (comma-separated) [all of correct / backends]
+#   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP   sweep workload [16, 160, 4]
+#   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order]; ROUNDS [6], QUESTIONS [32], P1_QUESTIONS [8],
+#               AB_SETTLE [1]
+#   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
+#   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
+#   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
+# Results: $OUT/<subcommand>.tgz (e2e.json or ab.json, report.md, the probe's counts, server logs)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+SUB=${1:-}
+case "$SUB" in
+  setup|correct|ab|backends) ;;
+  *) echo "usage: call_v2.sh setup|correct|ab|backends   (see the header)" >&2; exit 2 ;;
+esac
+OUT=${OUT:?OUT is unset: run this through the device tool, or set OUT for a dry run}
+case "$SUB" in correct|backends) DEF_S=420 ;; ab) DEF_S=480 ;; *) DEF_S=0 ;; esac
+V2_S=${V2_S:-$DEF_S}
+# The call's own limit is 600 s: leave a minute for setup, teardown and packing, or nothing comes back.
+[[ "$V2_S" =~ ^[0-9]+$ ]] && [ "$V2_S" -le 540 ] || { echo "V2_S=$V2_S: want whole seconds, at most 540" >&2; exit 2; }
+V2_ROOT=${V2_ROOT:-/tmp/v2}
+R=$V2_ROOT/$SUB
+PY=${PYTHON:-python3}
+DRY=${DRY_RUN:+--dry-run}
+T0=$(date +%s)
+
+if [ -z "$DRY" ]; then
+  bash scripts/device/setup_v2.sh "$OUT/log.txt" || { tail -30 "$OUT/log.txt"; exit 1; }
+  source "${DEVBUNDLE_SITE:-/tmp/site-v2}/.devbundle/env.sh"
+  pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+  nvidia-smi -L
+  # The testbed weights travel as tracked files only in the calls that carry them; a warm
+  # machine keeps the copy an earlier call made.
+  [ -f /tmp/testbed/target/model.safetensors ] || [ ! -f sglang_eagle_paged/testbed/target/model.safetensors ] \
+    || { rm -rf /tmp/testbed && cp -r sglang_eagle_paged/testbed /tmp/testbed; }
+  if [ "$SUB" != setup ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
+    echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
+  fi
+  if { [ "$SUB" = correct ] || [ "$SUB" = ab ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
+    echo "FA3 is not installed on this machine yet: carry the rest of .devbundle-v2/fa3.part* first"; exit 1
+  fi
+fi
+mkdir -p "$R"
+MODEL=(--target /tmp/testbed/target --draft /tmp/testbed/draft --out "$R")
+RC=0
+# measure FILTER ARGS...: the Python step under the time limit, its log kept, the lines that matter shown
+measure() {
+  local filter=$1; shift
+  timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.v2_run "$@" $DRY > "$R/run.log" 2>&1
+  RC=$?
+  grep -E "$filter|rror" "$R/run.log" | tail -40
+  [ "$RC" = 0 ] || { echo "--- the end of $R/run.log (rc $RC)"; tail -8 "$R/run.log"; }
+}
+
+case "$SUB" in
+  setup)
+    if [ -z "$DRY" ]; then
+      # doctor (the plugin's own report and self-test) once FA3 is in, unless DOCTOR=0
+      if [ "${DOCTOR:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
+        timeout 150 "$PY" -m sglang_eagle_paged.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
+        tail -25 "$R/doctor.txt"
+      fi
+      cp "$OUT/log.txt" "$R/setup.log"
+    else
+      echo "setup: setup_v2.sh, then sglang_eagle_paged.cli doctor"
+    fi ;;
+  correct)
+    measure "^\[e2e\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" \
+      --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" \
+      --probe-dir "$PWD/scripts/device/probes" ;;
+  ab)
+    measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" \
+      --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \
+      --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
+  backends)
+    export MAX_JOBS=${FI_JOBS:-12}
+    measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" \
+      --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" ;;
+esac
+echo "$SUB rc=$RC after $(( $(date +%s) - T0 ))s"
+[ -n "$DRY" ] && exit "$RC"
+pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+if [ "$SUB" = correct ] || [ "$SUB" = backends ]; then
+  "$PY" -m sglang_eagle_paged.bench.v2_report "$R" > /dev/null 2> "$R/report.err" && sed -n '/## Greedy/,$p' "$R/report.md" | head -60
+fi
+(cd "$V2_ROOT" && tar czf "$OUT/$SUB.tgz" --exclude=triton_cache "$SUB")
+if [ -n "${JIT_BACK:-}" ]; then
+  (cd ~/.cache && tar cf - $(ls -d tvm-ffi flashinfer sglang 2>/dev/null) | xz -T0 -6 > "$OUT/jit-cache.tar.xz")
+fi
+ls -l "$OUT"
+exit "$RC"

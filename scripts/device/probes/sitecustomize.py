@@ -1,0 +1,33 @@
+"""Device probes, armed by environment variables only (scripts/device/call_v2.sh puts this folder
+first on a measured server's PYTHONPATH). Without them this file does nothing.
+
+SGLANG_EAGLE_PAGED_SYNC_PROBE=<dir>: host syncs per draft step (sync_probe.py).
+Another sitecustomize later on the path (the machine's) still runs, after this one.
+"""
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+if os.environ.get("SGLANG_EAGLE_PAGED_SYNC_PROBE"):
+    sys.path.insert(0, _here)
+    try:
+        import sync_probe
+
+        sync_probe.install()
+    finally:
+        sys.path.remove(_here)
+
+
+def _chain():
+    # Python imports only the first sitecustomize on sys.path: run the next one too.
+    import importlib.machinery
+    import importlib.util
+
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.origin and os.path.dirname(os.path.abspath(spec.origin)) != _here:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_chain()

@@ -1,0 +1,140 @@
+"""Runner of the v2-worker GPU run (issue 30): the sweep of :mod:`.v2_sets` and its A/B pairs.
+
+  python -m sglang_eagle_paged.bench.v2_run sweep --set correct --target T --draft D --out DIR \\
+      [--only a,b] [--probe-dir scripts/device/probes]
+  python -m sglang_eagle_paged.bench.v2_run ab --pairs on_p64:off_p64 --target T --draft D --out DIR
+
+``sweep`` measures each configuration once (:func:`.e2e.run_configs`: outputs with top-2 margins,
+acceptance, Triton variants compiled after warm-up, each server with a fresh ``TRITON_CACHE_DIR``);
+with ``--probe-dir`` every server also counts its host syncs (``probes/sync_probe.py``) into
+``DIR/sync/<name>/``. Configurations already measured in ``DIR/e2e.json`` are not run again.
+
+``ab`` runs every pair with :func:`.ab.run_pairs` in a folder of its own, ``DIR/<A>__<B>/``, so that
+a pair measured to the end by an earlier call is skipped and a cut-short one runs again.
+"""
+
+import argparse
+import glob
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from . import v2_sets
+from .e2e import add_workload_args, run_configs
+
+SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
+
+
+def with_probe(cfgs: list, probe_dir: str, sync_root: Path) -> list:
+    """Each configuration with the sync probe armed: ``probe_dir`` first on its PYTHONPATH (its
+    ``sitecustomize`` loads the probe) and a directory of its own for the counts."""
+    probe_dir = str(Path(probe_dir).resolve())
+    if not (Path(probe_dir) / "sitecustomize.py").is_file():
+        raise SystemExit(f"--probe-dir {probe_dir}: no sitecustomize.py there")
+    path = os.pathsep.join(p for p in (probe_dir, os.environ.get("PYTHONPATH", "")) if p)
+    return [replace(c, env={**c.env, "PYTHONPATH": path, SYNC_ENV: str(sync_root / c.name)}) for c in cfgs]
+
+
+def pair_dir(out: Path, a, b) -> Path:
+    return out / f"{a.name}__{b.name}"
+
+
+def pair_done(path: Path, rounds: int) -> bool:
+    """An earlier call measured this pair to the end: every parallelism has ``rounds`` rounds."""
+    try:
+        rec = json.loads((path / "ab.json").read_text())
+    except (OSError, ValueError):
+        return False
+    summaries = [s for p in rec.get("pairs", {}).values() for s in (p.get("summary") or {}).values()]
+    return (not rec.get("interrupted") and bool(summaries) and rec.get("rounds", 0) >= rounds
+            and all(s.get("rounds", 0) >= rounds for s in summaries))
+
+
+def sweep(a) -> int:
+    cfgs = v2_sets.configs(a.set, a.only)
+    out = Path(a.out)
+    if a.probe_dir:
+        cfgs = with_probe(cfgs, a.probe_dir, out / "sync")
+    if a.dry_run:
+        for c in cfgs:
+            print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
+                  f"probe={c.env.get(SYNC_ENV, '-')}")
+        return 0
+    run_configs(cfgs, target=a.target, draft=a.draft, out_json=str(out / "e2e.json"), log_dir=str(out / "logs"),
+                num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
+                max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, question_file=a.question_file,
+                warmup=a.warmup, concurrency=a.concurrency or len(cfgs), ignore_eos=a.ignore_eos,
+                parallel1_questions=a.parallel1_questions, gpus=a.gpus)
+    return 0
+
+
+def ab(a) -> int:
+    from . import ab as ab_mod
+
+    out = Path(a.out)
+    seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
+    for pa, pb in v2_sets.pairs(a.pairs):
+        where = pair_dir(out, pa, pb)
+        if pair_done(where, a.rounds):
+            print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
+            continue
+        if a.dry_run:
+            print(f"[v2 ab] {pa.name}:{pb.name} -> {where}")
+            continue
+        try:
+            results = ab_mod.run_pairs([(pa, pb)], target=a.target, draft=a.draft, out_dir=str(where),
+                                       rounds=a.rounds, num_questions=a.questions, parallel=a.parallel,
+                                       parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
+                                       ignore_eos=a.ignore_eos, warmup=a.warmup,
+                                       max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction,
+                                       question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes)
+        except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
+            saved = where / "ab.json"
+            if saved.exists():
+                results = {**json.loads(saved.read_text()), "interrupted": True}
+                saved.write_text(json.dumps(results, indent=1))
+                (where / "ab.md").write_text(ab_mod.markdown(results))
+            print(f"[v2 ab] {pa.name}:{pb.name} interrupted")
+            return 130
+        (where / "ab.md").write_text(ab_mod.markdown(results))
+        ab_mod.plot(results, str(where / "ab.png"))
+        print(f"[v2 ab] {pa.name}:{pb.name}\n" + ab_mod.markdown(results).split("\n\n")[1])
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="The v2-worker GPU run of issue 30 (bench/v2_sets.py).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, defaults in (("sweep", dict(questions=16, max_new=160, warmup=4, mem_fraction=0.5)),
+                           ("ab", dict(questions=32, max_new=256, warmup=8, mem_fraction=0.4))):
+        s = sub.add_parser(name)
+        s.add_argument("--target", required=True)
+        s.add_argument("--draft", required=True)
+        s.add_argument("--out", required=True)
+        s.add_argument("--max-total-tokens", type=int, default=131072)
+        s.add_argument("--mem-fraction", type=float)
+        s.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
+        add_workload_args(s, "also measure parallel 1 on this many")
+        s.set_defaults(**defaults)
+    sw = sub.choices["sweep"]
+    sw.add_argument("--set", default="correct", help=f"one of {', '.join(v2_sets.SETS)}")
+    sw.add_argument("--only", help="comma-separated configuration names of the set")
+    sw.add_argument("--concurrency", type=int, default=0, help="servers started together (0: all)")
+    sw.add_argument("--gpus", type=int, default=1)
+    sw.add_argument("--probe-dir", help="scripts/device/probes: count host syncs per draft step")
+    sa = sub.choices["ab"]
+    sa.add_argument("--pairs", help=f"A:B,... (default {','.join(v2_sets.AB_PAIRS)})")
+    sa.add_argument("--rounds", type=int, default=6)
+    sa.add_argument("--settle-passes", type=int, default=1)
+    sa.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    return p
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    return sweep(a) if a.cmd == "sweep" else ab(a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
