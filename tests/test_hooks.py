@@ -31,7 +31,7 @@ def test_install_hooks_through_sglangs_registry_and_reports_a_missing_required_t
     p = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.strip().splitlines()
-    assert lines[0] == "['fake_target.Thing.f', 'fake_target.g'] 20 -6"
+    assert lines[0] == "['fake_target.Thing.f', 'fake_target.g'] 20 -3"  # around: (1+1)*10; replace: -3, not 6
     assert lines[1].startswith("ERROR cannot find fake_target.nothing_here in test")
 
 

@@ -55,3 +55,16 @@ def test_the_package_never_pins_sglang_below_the_newest():
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
     sglang = [d for d in deps if d.startswith("sglang")]
     assert sglang == ["sglang>=0.5.8"]
+
+
+@pytest.mark.parametrize("version", ["0.5.8", "0.5.12.post1", "0.5.13", "0.5.17", "0.5.23", "0.5.24", "0.6.0"])
+def test_the_requirement_accepts_every_release_as_installed(version):
+    """pip keeps an installed release that satisfies the requirement: none is up- or downgraded."""
+    import pathlib
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    root = pathlib.Path(releases.__file__).resolve().parents[1]
+    req = Requirement(tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"][0])
+    assert req.name == "sglang" and req.specifier.contains(version, prereleases=True)

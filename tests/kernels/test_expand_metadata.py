@@ -396,11 +396,12 @@ def test_replace_hook_reaches_the_backend_global(monkeypatch):
     real = fa3_metadata.expand_draft_page_table
     monkeypatch.setattr(fa3_metadata, "expand_draft_page_table",
                         lambda *a, **k: (calls.append(a), real(*a, **k)))
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", "1")
+    from sglang_eagle_paged.hooks import install
+    from sglang_eagle_paged.settings import FA3Expand
+
     patched = None
     try:
-        assert fa3_metadata.register_hook()
-        HookRegistry.apply_hooks()
+        assert install(fa3_metadata.hooks(FA3Expand.EXPAND, required=True), "test") == [fa3_metadata.TARGET]
         patched = mod.draft_decode_set_expand_metadata
         assert patched is not original and patched.__wrapped__ is original
         assert fa3_metadata.TARGET in HookRegistry._patched
@@ -420,6 +421,7 @@ def test_replace_hook_reaches_the_backend_global(monkeypatch):
                         setattr(m, k, original)
 
 
-def test_register_hook_registers_nothing_when_off(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", "0")
-    assert fa3_metadata.register_hook() is False
+def test_no_hooks_when_off():
+    from sglang_eagle_paged.settings import FA3Expand
+
+    assert fa3_metadata.hooks(FA3Expand.OFF, required=True) == []

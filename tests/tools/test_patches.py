@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_eagle_paged import releases
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat
 from sglang_eagle_paged.tools import patching
 from sglang_eagle_paged.tools.patching import (
@@ -350,7 +351,7 @@ def test_patch_on_real_wheel(version, tmp_path):
     rc, out = run_cli("--check", "--root", str(tmp_path))
     assert rc == 0 and f"SGLang {version}" in out and "applies cleanly" in out, out
     hooked = tmp_path / patching.HOOK_FILE
-    if compat.legacy_problem(version):
+    if releases.patched_release(version):
         # Our worker would decline on this release, so the command refuses to patch it;
         # the diff itself is still checked against the real wheel, through the library.
         rc, out = run_cli("--apply", "--root", str(tmp_path))

@@ -32,6 +32,7 @@ from helpers.sglang_source import undecorated as _undecorated  # noqa: E402
 
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
+from sglang_eagle_paged.settings import FA3Expand  # noqa: E402
 from sglang_eagle_paged.tools.harness import DraftInputStub as _DraftInput  # noqa: E402
 from sglang_eagle_paged.tools.harness import branch_slots  # noqa: E402
 from sglang_eagle_paged.tools.harness import fa3_multi_step_backend as make_multi  # noqa: E402
@@ -643,22 +644,22 @@ def test_fallback_checks_every_step(spy_kernel):
     ("1", "expand"), ("on", "expand"), ("TRUE", "expand"),
     ("fused", "fused"), (" Fused ", "fused"),
 ])
-def test_selection(monkeypatch, raw, want):
-    if raw is None:
-        monkeypatch.delenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", raising=False)
-    else:
-        monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", raw)
-    assert fa3_metadata.selection() == want
-    assert fa3_metadata.enabled() is (want != "off")
-    assert fa3_metadata.targets() == {"off": [], "expand": [fa3_metadata.FA3_EXPAND_METADATA],
-                                      "fused": [fa3_metadata.FA3_EXPAND_METADATA, fa3_metadata.FA3_MULTI_STEP_REPLAY]}[want]
+def test_selection(raw, want):
+    from sglang_eagle_paged.settings import FA3_EXPAND, parse
+
+    chosen = parse({} if raw is None else {FA3_EXPAND: raw}).fa3_expand
+    assert chosen.value == want
+    assert fa3_metadata.targets(chosen) == {"off": [], "expand": [fa3_metadata.FA3_EXPAND_METADATA],
+                                            "fused": [fa3_metadata.FA3_EXPAND_METADATA,
+                                                      fa3_metadata.FA3_MULTI_STEP_REPLAY]}[want]
 
 
 @pytest.mark.parametrize("raw", ["fuse", "2", "fused,1", "yes please"])
-def test_selection_rejects_garbage(monkeypatch, raw):
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", raw)
-    with pytest.raises(ValueError, match="fused"):
-        fa3_metadata.selection()
+def test_selection_rejects_garbage(raw):
+    from sglang_eagle_paged.settings import FA3_EXPAND, SettingsError, parse
+
+    with pytest.raises(SettingsError, match="fused"):
+        parse({FA3_EXPAND: raw})
 
 
 def test_targets_resolve_in_this_sglang():
@@ -696,14 +697,15 @@ def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
                  "expand": fa3.draft_decode_set_expand_metadata}
     monkeypatch.setattr(cls, "init_forward_metadata_replay_cuda_graph", originals["method"])
     monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", originals["expand"])
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", "fused")
+    from sglang_eagle_paged.hooks import install
+    from sglang_eagle_paged.settings import FA3Expand
+
     patched = {}
     try:
-        assert fa3_metadata.register_hook()
-        HookRegistry.apply_hooks()
+        hooked = install(fa3_metadata.hooks(FA3Expand.FUSED, required=True), "test")
         patched = {"method": cls.__dict__["init_forward_metadata_replay_cuda_graph"],
                    "expand": fa3.draft_decode_set_expand_metadata}
-        assert set(fa3_metadata.targets()) <= HookRegistry._patched
+        assert hooked == fa3_metadata.targets(FA3Expand.FUSED)
         assert all(patched[k] is not originals[k] for k in patched)
         multi.init_forward_metadata_replay_cuda_graph(fb, 2)  # as the CUDA-graph runner calls it
         assert [kind for kind, _ in spy_kernel] == ["all"]
@@ -732,7 +734,7 @@ def test_plugin_registers_both_hooks_for_fused():
                        cwd=Path(__file__).resolve().parents[3])
     assert p.returncode == 0, p.stderr[-3000:]
     assert "PATCHED True True" in p.stdout
-    assert "fa3 expand metadata=one-launch kernel, fa3 draft replay metadata=fused" in p.stderr
+    assert "fa3 metadata=fused" in p.stderr
 
 
 # ---------------------------------------------------------------- 5. start-up compiles what serving launches
@@ -754,7 +756,7 @@ def test_warm_up_compiles_the_replay_variants_of_padded_and_exact_batches(topk, 
 
     stack, warm = capture_all()
     with stack:
-        fa3_metadata.warm_up("cpu", topk, steps, page)
+        fa3_metadata.warm_up("cpu", topk, steps, page, FA3Expand.FUSED)
     assert [len(w) for w in warm] == [2, 2, 2]
 
     rng = random.Random(topk * page)
@@ -781,12 +783,10 @@ def test_warm_up_compiles_the_replay_variants_of_padded_and_exact_batches(topk, 
         assert {repr(x) for x in s} <= {repr(x) for x in w}
 
 
-def test_warm_up_compiles_nothing_where_the_replacements_are_off(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", "off")
+def test_warm_up_compiles_nothing_where_the_replacements_are_off():
     with capture_specializations(_draft_decode_metadata_all_steps_kernel) as seen:
-        fa3_metadata.warm_up("cpu", 8, 5, 64)
-        fa3_metadata.warm_up("cpu", 1, 5, 64)
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_FA3_EXPAND", "on")  # the expand replacement only
+        fa3_metadata.warm_up("cpu", 8, 5, 64, FA3Expand.OFF)
+        fa3_metadata.warm_up("cpu", 1, 5, 64, FA3Expand.FUSED)
     with capture_specializations(_draft_decode_metadata_all_steps_kernel) as expand_only:
-        fa3_metadata.warm_up("cpu", 8, 5, 64)
+        fa3_metadata.warm_up("cpu", 8, 5, 64, FA3Expand.EXPAND)  # the expand replacement only
     assert seen == [] and expand_only == []

@@ -126,13 +126,12 @@ def test_hook_delegates_page1_or_topk1(monkeypatch, page, topk):
         calls.append((w, b))
         return "orig"
 
-    assert draft_preprocess_decode_hook(original, worker, batch) == "orig"
+    assert draft_preprocess_decode_hook(Mode.ON)(original, worker, batch) == "orig"
     assert calls == [(worker, batch)]
 
 
-@pytest.mark.parametrize("mode", ["on", "fake", "off"])
-def test_hook_runs_ours_for_paged_tree(monkeypatch, mode):
-    monkeypatch.setenv(ENV_VAR, mode)
+@pytest.mark.parametrize("mode", ["on", "fake"])
+def test_hook_runs_ours_for_paged_tree(mode):
     h, rows = build(16, 4, 3, [5, 20])
     batch = h.batch(rows)
     calls = []
@@ -140,13 +139,10 @@ def test_hook_runs_ours_for_paged_tree(monkeypatch, mode):
     def original(w, b):
         calls.append(1)
 
-    draft_preprocess_decode_hook(original, h.worker, batch)
-    if mode == "off":
-        assert calls == [1] and batch.out_cache_loc is None
-    else:
-        assert calls == []
-        assert batch.out_cache_loc.numel() == 2 * 4 * 3
-        assert (h.mismatched_branches(rows) == []) == (mode == "on")
+    draft_preprocess_decode_hook(Mode(mode))(original, h.worker, batch)
+    assert calls == []
+    assert batch.out_cache_loc.numel() == 2 * 4 * 3
+    assert (h.mismatched_branches(rows) == []) == (mode == "on")
 
 
 # --- against SGLang's own method ---------------------------------------------------

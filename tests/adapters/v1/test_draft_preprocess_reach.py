@@ -1,4 +1,5 @@
-"""Every v1 worker that drafts a tree reaches our hooked method (checked on the installed SGLang)."""
+"""Every v1 worker that drafts a tree reaches our hooked method (checked on the installed SGLang).
+Run in the v1 environment (tests/adapters/v1 is run there by scripts/test.sh)."""
 
 import subprocess
 import sys
@@ -10,7 +11,6 @@ plugin.register()
 from sglang.srt.speculative.eagle_worker import EAGLEWorker
 from sglang.srt.speculative.standalone_worker import StandaloneWorker
 import importlib.util, pathlib
-from sglang_eagle_paged.adapters.v1.draft_preprocess import PagedEagleWorker
 hooked = EAGLEWorker._draft_preprocess_decode
 assert hasattr(hooked, "__wrapped__"), "not hooked"
 # STANDALONE inherits the method from EAGLEWorker
@@ -23,12 +23,10 @@ src = pathlib.Path(spec.origin).read_text()
 body = src[src.index("def _draft_preprocess_decode"):]
 body = body[:body.index("\n    def ", 10)]
 assert "EAGLEWorker._draft_preprocess_decode(self, batch)" in body, body
-assert issubclass(PagedEagleWorker, EAGLEWorker)
-assert PagedEagleWorker._draft_preprocess_decode is not hooked
 print("OK")
 """
 
 
-def test_standalone_multilayer_and_subclass_reach_our_method():
+def test_standalone_and_multilayer_reach_our_method():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]

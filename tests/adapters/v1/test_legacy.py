@@ -6,15 +6,15 @@ import sys
 
 import pytest
 
-from sglang_eagle_paged.adapters.v1 import sglang_api as compat
+from sglang_eagle_paged import releases
 
 SCRIPT = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stdout)
-from sglang_eagle_paged.adapters.v1 import sglang_api as compat
+from sglang_eagle_paged import releases
 from sglang_eagle_paged.adapters.common import kv_copy
 from sglang_eagle_paged.adapters.v1 import legacy
-compat.sglang_version = lambda: sys.argv[1]
+releases.installed_version = lambda: sys.argv[1]
 first = legacy.install_legacy()
 second = legacy.install_legacy()
 from sglang.srt.speculative.eagle_worker import EAGLEWorker
@@ -45,7 +45,7 @@ def test_patched_release_with_the_same_internals_gets_every_hook_once(version):
 def test_older_release_declines_with_a_warning():
     result, log = _run("0.5.7")
     assert result == ["False", "False", "False", "False", "False", "False"]
-    assert "draft-preprocess internals differ" in log
+    assert "older than 0.5.8" in log
 
 
 def test_fake_mode_hooks_the_same_targets():
@@ -57,4 +57,4 @@ def test_fake_mode_hooks_the_same_targets():
 @pytest.mark.parametrize("version,ok", [("0.5.2", False), ("0.5.7", False), ("0.5.8", True),
                                         ("0.5.10.post1", True), ("0.5.11", False), ("0.5.12.post1", False)])
 def test_legacy_range(version, ok):
-    assert (compat.legacy_problem(version) is None) is ok
+    assert (releases.patched_release(version) is None) is ok

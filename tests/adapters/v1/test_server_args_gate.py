@@ -50,6 +50,13 @@ class Original:
 
 # --- refusal ------------------------------------------------------------------------------
 
+def spec_args_hook(original, a):
+    """The hook as the plugin builds it from this process's settings."""
+    from sglang_eagle_paged import settings
+
+    return gate.spec_args_hook(settings.current().allow_triton)(original, a)
+
+
 @pytest.mark.parametrize("backend", sorted(gate.NO_PER_BRANCH_PAGE_TABLE))
 @pytest.mark.parametrize("where", ["attention", "decode", "prefill"])
 def test_refused_backends_name_backend_and_alternatives(backend, where):
@@ -62,7 +69,7 @@ def test_refused_backends_name_backend_and_alternatives(backend, where):
     assert "fa3 or flashinfer" in reason and gate.ALLOW_TRITON_ENV in reason and "--speculative-eagle-topk 8" in reason and "--page-size 64" in reason
     orig = Original()
     with pytest.raises(ValueError, match=rf"^\[sglang-eagle-paged\] {flag} {backend} "):
-        gate.spec_args_hook(orig, a)
+        spec_args_hook(orig, a)
     assert orig.seen == []  # SGLang's own check is not reached
 
 
@@ -88,7 +95,7 @@ def test_unaffected_configs_pass_through(monkeypatch, a):
     monkeypatch.setenv(OPT_IN, "1")
     before = a.attention_backend
     orig = Original()
-    assert gate.spec_args_hook(orig, a) == "done"
+    assert spec_args_hook(orig, a) == "done"
     assert orig.seen == [before] and a.attention_backend == before
 
 
@@ -96,23 +103,24 @@ def test_triton_without_opt_in_is_sglangs_decision(monkeypatch):
     monkeypatch.delenv(OPT_IN, raising=False)
     orig = Original()
     a = args("triton")
-    gate.spec_args_hook(orig, a)
+    spec_args_hook(orig, a)
     assert orig.seen == ["triton"] and a.attention_backend == "triton"
 
 
-@pytest.mark.parametrize("value", ["0", "true", "yes", ""])
-def test_triton_opt_in_needs_exactly_1(monkeypatch, value):
+@pytest.mark.parametrize("value,allowed", [("0", False), ("off", False), ("", False), ("1", True), ("true", True),
+                                           ("yes", True)])
+def test_triton_opt_in_takes_the_one_boolean_rule(monkeypatch, value, allowed):
     monkeypatch.setenv(OPT_IN, value)
     orig = Original()
-    gate.spec_args_hook(orig, args("triton"))
-    assert orig.seen == ["triton"]
+    spec_args_hook(orig, args("triton"))
+    assert orig.seen == (["flashinfer"] if allowed else ["triton"])
 
 
 def test_triton_opt_in_masked_for_sglang_and_restored(monkeypatch):
     monkeypatch.setenv(OPT_IN, "1")
     orig = Original()
     a = args("triton")
-    assert gate.spec_args_hook(orig, a) == "done"
+    assert spec_args_hook(orig, a) == "done"
     assert orig.seen == ["flashinfer"] and a.attention_backend == "triton"
 
 
@@ -120,14 +128,14 @@ def test_triton_restored_when_sglang_raises(monkeypatch):
     monkeypatch.setenv(OPT_IN, "1")
     a = args("triton")
     with pytest.raises(RuntimeError, match="boom"):
-        gate.spec_args_hook(Original(raises=RuntimeError("boom")), a)
+        spec_args_hook(Original(raises=RuntimeError("boom")), a)
     assert a.attention_backend == "triton"
 
 
 def test_backend_chosen_by_sglang_is_kept(monkeypatch):
     monkeypatch.setenv(OPT_IN, "1")
     a = args("triton")
-    gate.spec_args_hook(Original(set_backend="fa3"), a)
+    spec_args_hook(Original(set_backend="fa3"), a)
     assert a.attention_backend == "fa3"
 
 
@@ -141,15 +149,15 @@ def test_non_positive_tree_settings_refused_after_sglangs_defaults(attr, flag, v
     a.speculative_num_steps, a.speculative_num_draft_tokens = 5, 64
     setattr(a, attr, value)
     with pytest.raises(ValueError, match=f"{flag} {value} is invalid"):
-        gate.spec_args_hook(Original(), a)
+        spec_args_hook(Original(), a)
 
 
 def test_valid_and_unset_tree_settings_pass():
     a = args(backend="fa3", topk=8, page=64)
     a.speculative_num_steps, a.speculative_num_draft_tokens = 5, None
-    assert gate.spec_args_hook(Original(), a) == "done"
+    assert spec_args_hook(Original(), a) == "done"
     n = args(backend="fa3", algo=None, page=0)  # no speculation: not ours to judge
-    assert gate.spec_args_hook(Original(), n) == "done"
+    assert spec_args_hook(Original(), n) == "done"
 
 
 # --- real ServerArgs on CPU -------------------------------------------------------------------

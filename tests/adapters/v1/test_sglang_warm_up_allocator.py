@@ -23,7 +23,7 @@ allocator = pytest.importorskip("sglang.srt.mem_cache.allocator")
 def test_warm_up_launches_every_variant_serving_launches(page):
     kernel = compat.resolve(compat.ALLOC_EXTEND_KERNEL)
     with capture_specializations(kernel) as warm:
-        launched = allocator_warm_up.warm_up("cpu", page, 8)
+        launched = allocator_warm_up.warm_up_allocator("cpu", page, 8)
     assert launched == len(warm) == 2 * 4  # buckets 1, 2, 4, 8 x two free-list alignments
     with capture_specializations(kernel) as serve:
         PagedTreeHarness(page, 2, 1, num_tokens=1 << 14).extend_batches([1, 2, 3, 5, 8, 7], seed=page)
@@ -46,7 +46,7 @@ def test_warm_up_writes_only_its_scratch():
 
     type(kernel).run = run
     try:
-        allocator_warm_up.warm_up("cpu", 32, 4)
+        allocator_warm_up.warm_up_allocator("cpu", 32, 4)
     finally:
         type(kernel).run = orig
     assert len(outs) == 6
@@ -62,14 +62,14 @@ def test_buckets():
 
 
 def test_nothing_at_page_1_or_without_a_batch_bound():
-    assert allocator_warm_up.warm_up("cpu", 1, 48) == 0
-    assert allocator_warm_up.warm_up("cpu", 64, None) == 0
+    assert allocator_warm_up.warm_up_allocator("cpu", 1, 48) == 0
+    assert allocator_warm_up.warm_up_allocator("cpu", 64, None) == 0
 
 
 def test_a_failing_launch_is_logged_and_serving_goes_on(monkeypatch, caplog):
     monkeypatch.setattr(compat, "ALLOC_EXTEND_KERNEL", "sglang.srt.mem_cache.allocator.no_such_kernel")
     with caplog.at_level(logging.WARNING, logger="sglang_eagle_paged"):
-        assert allocator_warm_up.warm_up("cpu", 64, 48) == 0
+        assert allocator_warm_up.warm_up_allocator("cpu", 64, 48) == 0
     assert "alloc_extend kernel not compiled ahead" in caplog.text
 
 

@@ -64,7 +64,7 @@ def test_warm_up_launches_every_variant_a_verify_launches(draft_tokens, page, mo
     monkeypatch.setattr(verify_warm_up, "_warm_filter", lambda device: 0)  # torch.compile: tested below
     kernels = [compat.resolve(compat.TARGET_CACHE_LOC_KERNEL), compat.resolve(compat.FILTER_FINISHED_KERNEL)]
     with capture_specializations(kernels[0]) as warm_split, capture_specializations(kernels[1]) as warm_filter:
-        launched = verify_warm_up.warm_up("cpu", draft_tokens, page, 8)
+        launched = verify_warm_up.warm_up_verify("cpu", draft_tokens, page, 8)
     assert launched == 4 * 3  # buckets 1, 2, 4, 8 x (two split dtypes + the filter)
     gen = torch.Generator().manual_seed(page)
     with capture_specializations(kernels[0]) as split, capture_specializations(kernels[1]) as filt:
@@ -123,8 +123,8 @@ def test_the_filter_warm_up_really_compiles_what_serving_calls():
 
 
 def test_warm_up_skips_page_1_and_an_unknown_batch_bound():
-    assert verify_warm_up.warm_up("cpu", 64, 1, 48) == 0
-    assert verify_warm_up.warm_up("cpu", 64, 64, None) == 0
+    assert verify_warm_up.warm_up_verify("cpu", 64, 1, 48) == 0
+    assert verify_warm_up.warm_up_verify("cpu", 64, 64, None) == 0
 
 
 def test_a_part_that_fails_is_logged_and_the_rest_still_warms(monkeypatch, caplog):
@@ -133,7 +133,7 @@ def test_a_part_that_fails_is_logged_and_the_rest_still_warms(monkeypatch, caplo
 
     monkeypatch.setattr(compat, "resolve_first", missing)
     with caplog.at_level(logging.WARNING, logger="sglang_eagle_paged"):
-        assert verify_warm_up.warm_up("cpu", 8, 16, 2) == 2 * 3  # the kernels still warmed
+        assert verify_warm_up.warm_up_verify("cpu", 8, 16, 2) == 2 * 3  # the kernels still warmed
     assert "finished-request filter not compiled ahead (AttributeError: none of them)" in caplog.text
 
 

@@ -84,7 +84,7 @@ def test_page_boundaries_exactly_kernel():
 
 def test_hook_uses_the_kernel_after_a_good_warm_up(monkeypatch):
     monkeypatch.setitem(verify_compaction._state, "kernel", True)
-    verify_compaction.warm_up("cpu", 16, 64)
+    verify_compaction.warm_up_bookkeeping("cpu", 16, 64)
     assert verify_compaction._state["kernel"]
     calls = []
     from sglang_eagle_paged.kernels import verify_bookkeeping
@@ -112,7 +112,7 @@ def test_warm_up_falls_back_to_eager_ops(monkeypatch, caplog, breakage):
     monkeypatch.setitem(verify_compaction._state, "kernel", True)
     monkeypatch.setattr(verify_bookkeeping, "src_and_free_counts", broken)
     with caplog.at_level("WARNING", logger="sglang_eagle_paged"):
-        verify_compaction.warm_up("cpu", 16, 64)
+        verify_compaction.warm_up_bookkeeping("cpu", 16, 64)
     assert not verify_compaction._state["kernel"]
     assert "verify bookkeeping kernel not used" in caplog.text
     args = verify_bookkeeping_inputs(torch.Generator().manual_seed(1), 4, 16, 64)
@@ -129,7 +129,7 @@ def test_warm_up_compiles_every_index_dtype_a_verify_hands_the_hook(monkeypatch)
 
     monkeypatch.setitem(verify_compaction._state, "kernel", True)
     with capture_specializations(_src_to_free_kernel) as warm:
-        verify_compaction.warm_up("cpu", 16, 64)
+        verify_compaction.warm_up_bookkeeping("cpu", 16, 64)
     assert len({repr(s) for s in warm}) == 4
     gen = torch.Generator().manual_seed(3)
     with capture_specializations(_src_to_free_kernel) as serve:

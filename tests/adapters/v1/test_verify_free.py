@@ -75,7 +75,7 @@ def test_long_rows_many_requests_and_a_strided_count():
 
 
 def test_the_check_catches_a_wrong_page_list(monkeypatch):
-    assert verify_free.check("cpu", 64, 64) is None
+    assert verify_free.free_check("cpu", 64, 64) is None
     from sglang_eagle_paged.kernels import verify_bookkeeping
 
     real = verify_bookkeeping.split_verify_slots
@@ -86,7 +86,7 @@ def test_the_check_catches_a_wrong_page_list(monkeypatch):
             listed[1] = listed[0]
 
     monkeypatch.setattr(verify_bookkeeping, "split_verify_slots", first_page_twice)
-    assert verify_free.check("cpu", 64, 64) == "its freed pages differ from SGLang's"
+    assert verify_free.free_check("cpu", 64, 64) == "its freed pages differ from SGLang's"
 
 
 # --- eagle_info's calls, replayed ---------------------------------------------------------------
@@ -217,8 +217,8 @@ def _in_place(monkeypatch):
 
 def test_warm_up_turns_it_on_for_sglangs_allocator(monkeypatch):
     _in_place(monkeypatch)
-    verify_free.warm_up("cpu", 64, 64, PagedTreeHarness(64, 4, 3, num_tokens=16 * 64).allocator)
-    assert verify_free.enabled()
+    verify_free.warm_up_free("cpu", 64, 64, PagedTreeHarness(64, 4, 3, num_tokens=16 * 64).allocator, True)
+    assert verify_free.page_list_enabled()
     args = paged_verify_inputs(torch.Generator().manual_seed(2), 3, 64, 64)
     _, _, counts = verify_compaction.src_tgt_cache_loc(*args, 64, 64)
     assert torch.equal(counts, verify_free._state["split"][0])  # the hook now counts pages
@@ -228,8 +228,9 @@ def test_warm_up_turns_it_on_for_sglangs_allocator(monkeypatch):
 def test_warm_up_keeps_sglangs_free(monkeypatch, caplog, why):
     _in_place(monkeypatch)
     allocator = PagedTreeHarness(64, 4, 3, num_tokens=16 * 64).allocator
+    requested = why != "env"  # SGLANG_EAGLE_PAGED_VERIFY_FREE=off
     if why == "env":
-        monkeypatch.setenv("SGLANG_EAGLE_PAGED_VERIFY_FREE", "off")
+        pass
     elif why == "allocator":
         allocator = type("OtherAllocator", (), {})()
     elif why == "eager":
@@ -237,21 +238,28 @@ def test_warm_up_keeps_sglangs_free(monkeypatch, caplog, why):
     elif why == "hooks":
         monkeypatch.setattr(verify_free, "hooks_in_place", lambda: "get_target_cache_loc is not replaced")
     else:
-        monkeypatch.setattr(verify_free, "check", lambda *a: "its freed pages differ from SGLang's")
+        monkeypatch.setattr(verify_free, "free_check", lambda *a: "its freed pages differ from SGLang's")
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        verify_free.warm_up("cpu", 64, 64, allocator)
-    assert not verify_free.enabled()
+        verify_free.warm_up_free("cpu", 64, 64, allocator, requested)
+    assert not verify_free.page_list_enabled()
     assert "verify frees SGLang's slot list" in caplog.text
     args = paged_verify_inputs(torch.Generator().manual_seed(2), 3, 64, 64)
     _, _, counts = verify_compaction.src_tgt_cache_loc(*args, 64, 64)
     assert torch.equal(counts, src_and_free_counts(*args, 64, 64)[2])  # slot counts, as SGLang's
 
 
-def test_hooks_are_left_out_when_turned_off(monkeypatch):
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_VERIFY_FREE", "0")
-    assert verify_free.hooks() == {}
-    monkeypatch.setenv("SGLANG_EAGLE_PAGED_VERIFY_FREE", "1")
-    assert set(verify_free.hooks()) == {compat.TARGET_CACHE_LOC_KERNEL, compat.PAGED_FREE}
+def test_hooks_are_left_out_when_turned_off():
+    from sglang_eagle_paged.adapters import v1
+    from sglang_eagle_paged.settings import VERIFY_FREE, parse
+
+    def targets(raw):
+        return {h.target for h in v1.hooks(parse({VERIFY_FREE: raw}))}
+
+    free = {compat.TARGET_CACHE_LOC_KERNEL, compat.PAGED_FREE}
+    assert not targets("0") & free
+    assert targets("1") >= free
+    assert {(h.target, h.kind, h.required) for h in verify_free.verify_free_hooks()} == {
+        (compat.TARGET_CACHE_LOC_KERNEL, "replace", False), (compat.PAGED_FREE, "around", False)}
     assert verify_free.TargetCacheLoc.original is SGLANG_SPLIT
 
 

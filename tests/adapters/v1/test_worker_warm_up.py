@@ -19,6 +19,7 @@ from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
 from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel
 from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
 from sglang_eagle_paged.adapters.common import kv_copy
+from sglang_eagle_paged import settings
 from sglang_eagle_paged.settings import Mode
 from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode, warm_up
 
@@ -32,7 +33,7 @@ def test_serving_uses_only_warmed_up_variants(page, topk, steps):
     h = PagedTreeHarness(page, topk, steps, num_tokens=32768, head_num=2, head_dim=8, layer_num=2)
     with capture_specializations(_assign_tree_draft_slots_kernel) as a_warm, \
             capture_specializations(_duplicate_kv_kernel) as d_warm:
-        warm_up(h.worker)
+        warm_up(h.worker, settings.parse({}))
     assert len(a_warm) == 2 and len(d_warm) == 1  # the assignment from alloc_loc and from the free pages
 
     rng = random.Random(page * topk)
@@ -61,7 +62,7 @@ def test_allocation_kernels_are_compiled_at_start_up(page, topk, steps):
         h.allocator.debug_mode = path == "fallback"
         with capture_specializations(_assign_tree_draft_slots_kernel) as a_warm, \
                 capture_specializations(_tree_extension_kernel) as e_warm:
-            warm_up(h.worker)
+            warm_up(h.worker, settings.parse({}))
         assert len(_keys(a_warm)) == 2 and len(e_warm) == 1
         rng = random.Random(page + topk)
         with capture_specializations(_assign_tree_draft_slots_kernel) as a_serve, \
@@ -82,7 +83,7 @@ def test_post_verify_move_is_compiled_at_start_up():
     """The target pool's compaction kernel (one launch per chunk) compiles in warm-up, not at the first verify."""
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2, kv_copy=True)
     with capture_specializations(_move_rows_kernel) as warm:
-        warm_up(h.worker)
+        warm_up(h.worker, settings.parse({}))
     assert len(warm) == 2  # the small tile (a few pairs) and the chunk's
     with capture_specializations(_move_rows_kernel) as serve:
         for n in (1, 7, 40):  # accepted-token totals of three verify steps
@@ -97,7 +98,7 @@ def test_warm_up_leaves_kv_and_allocator_untouched():
     before = [b.view(torch.uint8).clone() for b in h.kv_pool.k_buffer + h.kv_pool.v_buffer]
     free = h.allocator.available_size()
     r2t = h.req_to_token_pool.req_to_token.clone()
-    warm_up(h.worker)
+    warm_up(h.worker, settings.parse({}))
     assert all(torch.equal(a, b.view(torch.uint8)) for a, b in zip(before, h.kv_pool.k_buffer + h.kv_pool.v_buffer))
     assert h.allocator.available_size() == free
     assert torch.equal(r2t, h.req_to_token_pool.req_to_token)
@@ -108,7 +109,7 @@ def test_warm_up_skips_configurations_sglang_handles():
     h = PagedTreeHarness(1, 4, 3, num_tokens=4096)
     with capture_specializations(_assign_tree_draft_slots_kernel) as specs, \
             capture_specializations(_tree_extension_kernel) as ext_specs:
-        warm_up(h.worker)
+        warm_up(h.worker, settings.parse({}))
     assert specs == []
     assert ext_specs == []
 
@@ -123,7 +124,7 @@ def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handle
     monkeypatch.setenv("SGLANG_EAGLE_PAGED", "on")
     h = PagedTreeHarness(page, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
     with caplog.at_level("INFO", logger="sglang_eagle_paged"):
-        assert worker_init_hook("result", h.worker) == "result"
+        assert worker_init_hook(settings.parse({"SGLANG_EAGLE_PAGED": "on"}))("result", h.worker) == "result"
     line = next(r.getMessage() for r in caplog.records if "active: mode=" in r.getMessage())
     assert f"tree drafting={handled} (page {page}, topk 4, steps 3)" in line
     assert scan_log(f"[2026-11-30 07:11:48 TP1] {line}")["plugin_active"] == {"TP1": "on"}
@@ -131,7 +132,7 @@ def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handle
     parts = re.search(r"warm-up \d+ ms(?: \((.*)\))?", line).group(1)
     if handled == "ours":
         names = [re.fullmatch(r"(.+) \d+ ms", part).group(1) for part in parts.split(", ")]
-        assert names == ["tree", "move", "bookkeeping", "free", "slots", "allocator", "sglang verify"]
+        assert names == ["tree", "move", "bookkeeping", "free", "allocator", "sglang verify"]
     else:
         assert parts is None
 
@@ -143,11 +144,11 @@ def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
     calls = []
     monkeypatch.setattr(fa3_metadata, "warm_up", lambda *a: calls.append(a))
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
-    warm_up(h.worker)  # the harness's worker has no FA3 draft backend
+    warm_up(h.worker, settings.parse({}))  # the harness's worker has no FA3 draft backend
     assert calls == []
     module, name = fa3_metadata.FA3_MULTI_STEP_BACKEND.rsplit(".", 1)
     h.worker.draft_attn_backend = type(name, (), {"__module__": module})()
-    warm_up(h.worker)
+    warm_up(h.worker, settings.parse({}))
     assert calls == [(h.worker.device, 4, 3, 16)]
 
 
@@ -164,7 +165,7 @@ def test_sglangs_allocation_kernel_warms_up_for_the_workers_batch_bound(monkeypa
     h.worker.server_args = SimpleNamespace(max_running_requests=48)  # what SGLang sets for EAGLE
     h.worker.speculative_num_draft_tokens = 12
     h.worker.req_to_token_pool = h.req_to_token_pool  # as EAGLEWorker holds it (the harness leaves it out)
-    warm_up(h.worker)
+    warm_up(h.worker, settings.parse({}))
     assert calls == [(h.worker.device, 16, 48)]
     # and the paged verify's own kernels and filter, for the same batch bound and draft tokens
     assert verify_calls == [(h.worker.device, 12, 16, 48, h.worker.req_to_token_pool.req_to_token)]
