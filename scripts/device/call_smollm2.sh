@@ -106,7 +106,7 @@ mkdir -p "$SD" "$BENCH"
 # serve-default --model smollm2 as a user runs it (the head given by path until it is committed
 # into the package), on the last GPU while the benchmark's servers start
 ( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target"
-  run timeout 300 python3 -m sglang_eagle_paged.cli serve-default --model smollm2 \
+  run timeout 300 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
     --speculative-draft-model-path "$WORK/head/draft" --port 31000 --num-questions ${SD_QUESTIONS:-16} \
     --max-total-tokens 65536 --mem-fraction-static 0.8 --no-progress --out "$SD" \
     --log-file $SD/server.log > $SD/stdout.log 2>&1

@@ -20,7 +20,7 @@ mkdir -p $E2E_OUT /tmp/serve_default
 # The README's main job for GPU users, on the last GPU, while the suite's servers start (the suite
 # measures nothing until all of them are up): the embedded default pair, plugin on, MT-bench.
 ( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 ))
-  timeout 300 python3 -m sglang_eagle_paged.cli serve-default --port 31000 --num-questions ${SD_QUESTIONS:-16} \
+  timeout 300 python3 -m sglang_eagle_paged.tools.cli serve-default --port 31000 --num-questions ${SD_QUESTIONS:-16} \
     --max-total-tokens 131072 --mem-fraction-static 0.5 --no-progress --out /tmp/serve_default \
     --log-file /tmp/serve_default/server.log > /tmp/serve_default/stdout.log 2>&1
   echo "serve-default rc=$?" >> /tmp/serve_default/stdout.log ) &

@@ -77,12 +77,12 @@ case "$SUB" in
     if [ -z "$DRY" ]; then
       # doctor (the plugin's own report and self-test) once FA3 is in, unless DOCTOR=0
       if [ "${DOCTOR:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
-        timeout 150 "$PY" -m sglang_eagle_paged.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
+        timeout 150 "$PY" -m sglang_eagle_paged.tools.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
         tail -25 "$R/doctor.txt"
       fi
       cp "$OUT/log.txt" "$R/setup.log"
     else
-      echo "setup: setup_v2.sh, then sglang_eagle_paged.cli doctor"
+      echo "setup: setup_v2.sh, then sglang_eagle_paged.tools.cli doctor"
     fi ;;
   correct)
     measure "^\[e2e\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" \

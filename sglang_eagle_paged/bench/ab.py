@@ -28,7 +28,7 @@ from pathlib import Path
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
                   warmup_mixes)
 from . import cpu_pinning, triton_cache
-from .. import gc_stats
+from . import gc_stats
 from .mtbench import load_questions, run_benchmark
 from .server import stop_all
 

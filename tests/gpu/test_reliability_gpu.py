@@ -451,13 +451,13 @@ def test_prefix_kv_unchanged_by_every_draft_and_verify(request, name):
     rec = _ok(request.getfixturevalue(PREFIX_CHECKED[name]), name)
     scan = rec["log_scan"]
     if REPLAY and (rec["config"].get("env") or {}).get("SGLANG_EAGLE_PAGED_CHECK_PREFIX") != "1":
-        pytest.skip(f"{name}: recorded without {"SGLANG_EAGLE_PAGED_CHECK_PREFIX"}=1 (before the prefix check was wired in)")
+        pytest.skip(f"{name}: recorded without SGLANG_EAGLE_PAGED_CHECK_PREFIX=1 (before the prefix check was wired in)")
     if REPLAY and "prefix_checks" not in scan:
         pytest.skip(f"{name}: its log was scanned before scan_log read prefix-check lines, and no logs/ to rescan")
     checks = scan["prefix_checks"]
     print(f"{name}: prefix checks {checks}; violation lines {scan['prefix_violations']}")
     assert checks, (f"{name}: no '[sglang-eagle-paged] prefix check:' line in {rec['log']} "
-                    f"(wanted with {"SGLANG_EAGLE_PAGED_CHECK_PREFIX"}=1 and --log-level info)")
+                    f"(wanted with SGLANG_EAGLE_PAGED_CHECK_PREFIX=1 and --log-level info)")
     assert all(c["steps"] > 0 and c["requests"] > 0 for c in checks.values()), checks
     assert all(c["violations"] == 0 for c in checks.values()), (checks, scan["examples"]["prefix_violation"])
     assert scan["prefix_violations"] == 0, scan["examples"]["prefix_violation"]

@@ -5,7 +5,7 @@ import pytest
 
 from sglang_eagle_paged.bench import default_run
 from sglang_eagle_paged.bench.server import ServerStartError
-from sglang_eagle_paged.cli import main
+from sglang_eagle_paged.tools.cli import main
 from sglang_eagle_paged.models import smollm2
 
 
