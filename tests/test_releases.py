@@ -68,3 +68,13 @@ def test_the_requirement_accepts_every_release_as_installed(version):
     root = pathlib.Path(releases.__file__).resolve().parents[1]
     req = Requirement(tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"][0])
     assert req.name == "sglang" and req.specifier.contains(version, prereleases=True)
+
+
+def test_a_newer_release_with_0_5_23s_hook_points_is_served_untested():
+    """With the real check, on the installed 0.5.23 standing in for a newer release."""
+    import importlib.metadata
+
+    if importlib.metadata.version("sglang") != "0.5.23":
+        pytest.skip("needs SGLang 0.5.23's hook points installed")
+    s = releases.support("0.5.99")
+    assert (s.generation, s.route, s.problem) == ("v2", "untested", None)

@@ -37,14 +37,12 @@ class RunConfig:
     env: dict = field(default_factory=dict)  # extra server environment, e.g. an A/B switch
 
 
-# A/B switch of the FA3 tree-draft metadata (fa3_metadata.py; the fused replay is the
+# A/B switch of the FA3 tree-draft metadata (adapters/common/fa3_metadata.py; the fused replay is the
 # default): SGLang's own builders.
 FA3_SGLANG = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}
-# A/B switch of the paged verify's free (verify_free.py; the page list is the default): SGLang's slot
+# A/B switch of the paged verify's free (adapters/v1/verify.py; the page list is the default): SGLang's slot
 # list, its sort and its second sync.
 SLOT_LIST_FREE = {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}
-# The verify's one-launch slot allocation (verify_alloc.py, opt-in: run 15 measured no end-to-end gain).
-VERIFY_ALLOC = {"SGLANG_EAGLE_PAGED_VERIFY_ALLOC": "1"}
 
 
 def testbed_sets(backend: str = "fa3") -> dict:
@@ -65,8 +63,6 @@ def testbed_sets(backend: str = "fa3") -> dict:
     extended = [  # most telling first: a cut-short run keeps these
         RunConfig("on_p64_fa3sg", page_size=64, backend=b, env=FA3_SGLANG),
         RunConfig("on_p64_slotfree", page_size=64, backend=b, env=SLOT_LIST_FREE),
-        RunConfig("on_p64_valloc", page_size=64, backend=b, env=VERIFY_ALLOC),
-        RunConfig("on_p128_valloc", page_size=128, backend=b, env=VERIFY_ALLOC),
         RunConfig("on_p128", page_size=128, backend=b),
         RunConfig("on_p16", page_size=16, backend=b),
         RunConfig("oracle_on_p1", page_size=1, backend=b, **oracle),
