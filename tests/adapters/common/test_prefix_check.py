@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from sglang_eagle_paged.adapters.common import prefix_check as pc  # noqa: E402
+from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.bench.stress import scan_log  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
@@ -64,7 +65,7 @@ def run(h, fn, step="draft", batch=None):
         fn(worker, batch)
         return "result"
 
-    out = pc._hook(step)(original, h.worker, batch if batch is not None else h.batch(h.rows))
+    out = pc._hook(step, compat.worker_kv_pools)(original, h.worker, batch if batch is not None else h.batch(h.rows))
     assert out == "result" and calls == [1]
 
 
