@@ -20,9 +20,10 @@ def test_a_process_records_its_collections_per_generation_and_rewrites_them(tmp_
     # A process of its own: the record adds a gc callback and a thread for the life of the process.
     out = _run("""
         import gc, time
+        from sglang_eagle_paged import settings
         from sglang_eagle_paged.bench import gc_stats
-        path = gc_stats.install_from_env()
-        assert gc_stats.install_from_env() == path  # once per process
+        path = gc_stats.install(settings.parse().gc_stats_dir)
+        assert gc_stats.install(settings.parse().gc_stats_dir) == path  # once per process
         gc.collect(0); gc.collect(2); gc.collect(2)
         time.sleep(3 * gc_stats.WRITE_INTERVAL_S)
         print(path)
@@ -40,14 +41,15 @@ def test_without_the_variable_or_with_a_bad_directory_nothing_is_installed(tmp_p
     blocker.write_text("not a directory")
     out = _run("""
         import gc
+        from sglang_eagle_paged import settings
         from sglang_eagle_paged.bench import gc_stats
-        print(gc_stats.install_from_env(), len(gc.callbacks))
+        print(gc_stats.install(settings.parse().gc_stats_dir), len(gc.callbacks))
     """, blocker / "gc")
     assert out.returncode == 0 and out.stdout.split() == ["None", "0"]
     assert "cannot record the collector" in out.stderr
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE_PAGED_GC_STATS"}
-    out = subprocess.run([sys.executable, "-c", "from sglang_eagle_paged import gc_stats; "
-                          "print(gc_stats.install_from_env())"], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", "from sglang_eagle_paged import settings; from sglang_eagle_paged.bench import gc_stats; "
+                          "print(gc_stats.install(settings.parse().gc_stats_dir))"], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "None"
 
 
@@ -78,10 +80,11 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
     out = _run("""
         import os
         os.environ["SGLANG_EAGLE_PAGED"] = "off"  # stock SGLang: the record still comes, nothing else
+        from sglang_eagle_paged import settings
         from sglang_eagle_paged.bench import gc_stats
         from sglang_eagle_paged import plugin
         plugin.register()
-        print(gc_stats.install_from_env())
+        print(gc_stats.install(settings.parse().gc_stats_dir))
     """, tmp_path / "gc")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(".json") and len(gc_stats.read_totals(tmp_path / "gc")) == 1
@@ -90,8 +93,9 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
 def test_a_forked_child_drops_the_inherited_callback(tmp_path):
     out = _run("""
         import gc, os
+        from sglang_eagle_paged import settings
         from sglang_eagle_paged.bench import gc_stats
-        gc_stats.install_from_env()
+        gc_stats.install(settings.parse().gc_stats_dir)
         before = len(gc.callbacks)
         pid = os.fork()
         if pid == 0:  # the child: no writer thread came along, so no callback either

@@ -59,17 +59,6 @@ def test_wrong_tree_extension_is_caught(monkeypatch, field):
     assert "tree-extension kernel" in doctor._self_test_tree_extension("cpu")
 
 
-def test_wrong_tree_allocation_is_caught(monkeypatch):
-    module = _module("tree_alloc")
-    real = module.tree_slots_from_free_pages
-
-    def shifted(req_to_token, rows, seq_lens, free_pages, *rest):
-        return real(req_to_token, rows, seq_lens, free_pages[1:], *rest)  # one page off
-
-    monkeypatch.setattr(module, "tree_slots_from_free_pages", shifted)
-    assert "tree-allocation kernel" in doctor._self_test_tree_alloc("cpu")
-
-
 @pytest.mark.parametrize("shift", [1, -1])
 def test_wrong_free_page_assignment_is_caught(monkeypatch, shift):
     """The draft step's one launch on the free-list path: a free list read one page off either way."""

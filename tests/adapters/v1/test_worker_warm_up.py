@@ -149,18 +149,19 @@ def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
     module, name = fa3_metadata.FA3_MULTI_STEP_BACKEND.rsplit(".", 1)
     h.worker.draft_attn_backend = type(name, (), {"__module__": module})()
     warm_up(h.worker, settings.parse({}))
-    assert calls == [(h.worker.device, 4, 3, 16)]
+    assert calls == [(h.worker.device, 4, 3, 16, settings.FA3Expand.FUSED)]
+    warm_up(h.worker, settings.parse({"SGLANG_EAGLE_PAGED_FA3_EXPAND": "off"}))  # nothing to compile
+    assert len(calls) == 1
 
 
 def test_sglangs_allocation_kernel_warms_up_for_the_workers_batch_bound(monkeypatch):
     from types import SimpleNamespace
 
-    from sglang_eagle_paged.adapters.v1 import sglang_warm_up as allocator_warm_up
-    from sglang_eagle_paged.adapters.v1 import sglang_warm_up as verify_warm_up
+    from sglang_eagle_paged.adapters.v1 import sglang_warm_up
 
     calls, verify_calls = [], []
-    monkeypatch.setattr(allocator_warm_up, "warm_up", lambda *a: calls.append(a))
-    monkeypatch.setattr(verify_warm_up, "warm_up", lambda *a: verify_calls.append(a))
+    monkeypatch.setattr(sglang_warm_up, "warm_up_allocator", lambda *a: calls.append(a))
+    monkeypatch.setattr(sglang_warm_up, "warm_up_verify", lambda *a: verify_calls.append(a))
     h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
     h.worker.server_args = SimpleNamespace(max_running_requests=48)  # what SGLang sets for EAGLE
     h.worker.speculative_num_draft_tokens = 12
