@@ -275,7 +275,7 @@ def bench_assign(bs_list, page, topk, steps, gen):
     from sglang.srt.utils import next_power_of_2
 
     from sglang_eagle_paged.kernels import (
-        assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, tree_slots_from_free_pages)
+        assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages)
     from sglang_eagle_paged.kernels.layout import extend_lens, new_pages, num_new_pages_per_branch
 
     rows = []
@@ -301,12 +301,11 @@ def bench_assign(bs_list, page, topk, steps, gen):
                       for s in (1, 2, 3)]
         # The draft step's fast path: the slots alloc_extend would give, read from a shuffled free
         # list (a slice at an offset, as the allocator's is) inside the assignment's one launch ...
-        n_pages, n_slots = int(new_pages(seq, page, topk, steps).sum()), int(ext.sum())
+        n_pages = int(new_pages(seq, page, topk, steps).sum())
         free = (torch.randperm(n_pages + 8, generator=gen) + 1).to(DEV)[3:]
         ours_free = lambda: assign_tree_draft_slots_from_free_pages(rpi, r2t, seq, free, page, topk, steps)
-        # ... against the same slots in two launches and a tensor (the fast path before the fusion).
-        ours_two = lambda: assign_tree_draft_slots(
-            rpi, r2t, seq, tree_slots_from_free_pages(r2t, rpi, seq, free, n_slots, page, topk, steps), page, topk, steps)
+        # (The two-launch form it replaced, slots then assignment, is measured in results before
+        # 2026-12-01; its slots kernel is now a test reference, tests/helpers/tree_alloc.py.)
 
         def upstream_args(seq, ext, alloc):
             """The kernel's inputs as SGLang's preprocess computes them; int() syncs."""
@@ -325,7 +324,7 @@ def bench_assign(bs_list, page, topk, steps, gen):
         upstream_kernel = lambda: assign_draft_cache_locs[(bs,)](*args)
         row = dict(bs=bs, page=page, topk=topk, steps=steps)
         for name, fn in (("ours", ours), ("ours_out", ours_out), ("ours_free_pages", ours_free),
-                         ("ours_two_launches", ours_two), ("upstream_kernel", upstream_kernel),
+                         ("upstream_kernel", upstream_kernel),
                          ("upstream", lambda: upstream(seq, ext, alloc))):
             row.update(prefixed(name, measure(fn, f"assign bs{bs} {name}")))
         row["ours_new_copy_len_ms"] = new_len_ms

@@ -101,3 +101,11 @@ def test_every_module_of_the_package_imports():
                        env={**__import__("os").environ, "TRITON_INTERPRET": "1"})
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout[-3000:]
+
+
+def test_every_folder_of_code_is_a_package():
+    """setuptools' find_packages ships only folders with __init__.py: one without would be missing
+    from a wheel while an editable install still finds it."""
+    missing = sorted(str(d.relative_to(PKG)) for d in PKG.rglob("*") if d.is_dir() and any(d.glob("*.py"))
+                     and not (d / "__init__.py").is_file())
+    assert not missing, missing
