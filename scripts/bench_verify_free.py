@@ -1,6 +1,6 @@
 """Host and wall time of the paged tree verify's free step, as ``eagle_info`` runs it, per way of running it.
 
-From the bookkeeping to the allocator's free (``verify_free.py``'s docstring lists the calls), on
+From the bookkeeping to the allocator's free (``adapters/v1/verify.py``'s docstring lists the calls), on
 SGLang's real paged allocator, with verify slots laid out as its allocator lays them out:
 
 - ``sglang``: stock SGLang (``get_src_tgt_cache_loc`` under ``torch.compile``, ``get_target_cache_loc``,

@@ -1,7 +1,7 @@
 """What compiling SGLang's paged ``alloc_extend`` kernel ahead costs at start-up, and whether
-serving-like allocations then compile anything (sglang_eagle_paged/allocator_warm_up.py).
+serving-like allocations then compile anything (sglang_eagle_paged/adapters/v1/sglang_warm_up.py).
 
-In a fresh Triton cache directory: time ``allocator_warm_up.warm_up`` cold (every variant
+In a fresh Triton cache directory: time ``sglang_warm_up.warm_up_allocator`` cold (every variant
 compiled), then again (Triton's in-process cache) and in a second process (its disk cache);
 then extend batches of 1..max-batch requests through SGLang's real ``PagedTokenToKVPoolAllocator``
 as prefill and the paged verify do, and count the variants compiled meanwhile (from the cache
@@ -34,7 +34,7 @@ def _timed_warm_up(device, page, max_batch) -> dict:
     compat.resolve(compat.ALLOC_EXTEND_KERNEL)  # SGLang's import and the CUDA context are not the warm-up's
     torch.zeros(1, device=device)
     t = time.perf_counter()
-    launches = allocator_warm_up.warm_up(device, page, max_batch)
+    launches = allocator_warm_up.warm_up_allocator(device, page, max_batch)
     if device == "cuda":
         torch.cuda.synchronize()
     return {"launches": launches, "seconds": round(time.perf_counter() - t, 3)}
