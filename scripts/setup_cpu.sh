@@ -241,7 +241,8 @@ say "CPU-only shims (tests + CPU demo only, NEVER for serving): torchvision, sgl
 say "  from $STANDINS via $PTH"
 
 # The editable install must point at this checkout (matters for a moved repo).
-if ! "$PY" -c 'import sys, sglang_eagle_paged as m; sys.exit(0 if m.__file__.startswith(sys.argv[1]) else 1)' "$REPO/" 2>/dev/null; then
+# Asked from / so that the checkout on the current directory cannot stand in for the install.
+if ! (cd / && "$PY" -c 'import sys, sglang_eagle_paged as m; sys.exit(0 if m.__file__.startswith(sys.argv[1]) else 1)' "$REPO/") 2>/dev/null; then
   say "re-pointing the editable install at $REPO"
   pipq --no-deps -e "$REPO"
 fi
