@@ -724,7 +724,7 @@ def test_plugin_registers_both_hooks_for_fused():
         "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
         "from sglang.srt.plugins import load_plugins; load_plugins()\n"
         "from sglang.srt.plugins.hook_registry import HookRegistry\n"
-        "from sglang_eagle_paged.adapters.v1 import sglang_api as compat\n"
+        "from sglang_eagle_paged.adapters.common import fa3_metadata\n"
         "print('PATCHED', fa3_metadata.FA3_EXPAND_METADATA in HookRegistry._patched,"
         " fa3_metadata.FA3_MULTI_STEP_REPLAY in HookRegistry._patched)\n"
     )
