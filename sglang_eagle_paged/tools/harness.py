@@ -58,12 +58,17 @@ class PagedTreeHarness:
     # --- requests ---------------------------------------------------------------
     def add_request(self, seq_len: int) -> int:
         """Allocate a prefix the way prefill does and fill its KV with random bytes."""
+        if self.allocator.available_size() < -(-seq_len // self.page_size) * self.page_size:
+            # as the scheduler does before a prefill: SGLang's alloc_extend kernel itself reads the
+            # free list past its end when it is short (garbage on a GPU, a crash in the interpreter)
+            raise MemoryError(f"KV pool full: cannot hold a prefix of {seq_len}")
         row = self.req_to_token_pool.free_slots.pop(0)
         zeros = torch.zeros(1, dtype=torch.int64, device=self.device)
         lens = torch.tensor([seq_len], dtype=torch.int64)
         last_loc = torch.full((1,), -1, dtype=torch.int64, device=self.device)
         slots = self.allocator.alloc_extend(zeros, zeros.cpu(), lens.to(self.device), lens, last_loc, seq_len)
         if slots is None:
+            self.req_to_token_pool.free_slots.insert(0, row)  # the request never came: its row is free again
             raise MemoryError(f"KV pool full: cannot hold a prefix of {seq_len}")
         self.req_to_token_pool.req_to_token[row, :seq_len] = slots.to(torch.int32)
         for buf in self.kv_pool.k_buffer + self.kv_pool.v_buffer:

@@ -327,9 +327,11 @@ STEPS_CHURN = int(os.environ.get("SGLANG_EAGLE_PAGED_TEST_CHURN_STEPS", "1000"))
 
 def test_allocator_restored_over_many_random_steps(monkeypatch):
     """Random arrivals, finishes and batch subsets; page 16, topk 4, steps 3, a pool small enough that
-    the tree sometimes does not fit. Every third step is sent down SGLang's allocation path (the
-    fallback), the others read the free list; both paths must run, and so must an out-of-memory
-    fallback. After every step the free count equals the count before it; after finishing everything
+    the free list is often short. Every third step is sent down SGLang's allocation path (the
+    fallback), the others read the free list where it holds the tree; both paths must run. (Running the
+    pool out of memory here is not possible on a CPU: SGLang's alloc_extend kernel reads past a short
+    free list, which the interpreter turns into a crash; test_allocation_failure_leaves_state_untouched
+    covers that path.) After every step the free count equals the count before it; after finishing everything
     it equals the initial baseline."""
     from sglang_eagle_paged.adapters.v1 import draft_preprocess as dp
 
@@ -351,8 +353,7 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
         counts["step"] = step
         if live and rng.random() < 0.3:
             h.finish_request(live.pop(rng.randrange(len(live))))
-        fill = step % 40 == 39  # now and then the prefixes take the whole pool: the tree cannot fit
-        while len(live) < 3 or (len(live) < (24 if fill else 12) and (fill or rng.random() < 0.3)):
+        while len(live) < 3 or (len(live) < 12 and rng.random() < 0.3):
             try:
                 live.append(h.add_request(rng.randint(1, 160)))
             except MemoryError:
@@ -372,7 +373,7 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
     for r in list(live):
         h.finish_request(r)
     assert h.allocator.available_size() == baseline
-    assert min(counts["fast"], counts["fallback"]) > STEPS_CHURN // 5 and counts["oom"] > 0, counts
+    assert min(counts["fast"], counts["fallback"]) > STEPS_CHURN // 5, counts
 
 
 def _sorting_allocator_short_of_free_pages():
