@@ -6,13 +6,16 @@
 # tarball under $OUT. Results accumulate in /tmp/v2/<subcommand> on the warm machine: the same
 # call again resumes (configurations and pairs measured already are skipped).
 #
-#   setup     install only (and `doctor` once FA3 is in; DOCTOR=0 skips it): carry .devbundle-v2's core.part*/core.sha256 and/or
-#             fa3.part*/fa3.sha256 (testbed weights moved out of the tree for these calls)
+#   setup     install (pieces carried in .devbundle-v2/ are kept in /tmp/devbundle-v2 across calls);
+#             once FA3 is in: `doctor`, then one dummy-weight EAGLE server with the plugin answers one
+#             request (bench.smoke), so a bundle that cannot serve fails here (DOCTOR=0 / SMOKE=0 skip)
+#             (testbed weights moved out of the tree for these calls)
 #   correct   points 1-3, fa3: outputs ours vs SGLang's own (page 64, 128, and 64 without overlap
 #             scheduling), acceptance at 64/128 vs page 1, fake vs on; host syncs per draft step
 #             (probes/sync_probe.py in every server); Triton compiles after warm-up (fresh
 #             TRITON_CACHE_DIR per server). All servers of the set start together.
-#   ab        point 4: paired ABBA A/B (bench.ab) of AB_PAIRS, one pair at a time, 95% intervals
+#   ab        paired ABBA A/B (bench.ab) of AB_PAIRS, one pair at a time, 95% intervals; MODEL=large
+#             measures the Llama-3-8B-shaped dummy pair (random weights, scripts/device/make_dummy_large.py)
 #   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
 #             (flashinfer compiles its kernels with nvcc on first use: minutes on a fresh machine)
 #
@@ -20,8 +23,11 @@
 #   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420]; at most 540
 #   V2_ONLY     configurations of the set (comma-separated) [all of correct / backends]
 #   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP   sweep workload [16, 160, 4]
-#   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order]; ROUNDS [6], QUESTIONS [32], P1_QUESTIONS [8],
-#               AB_SETTLE [1]
+#   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
+#               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
+#               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large],
+#               MAX_NEW [256], AB_KV [131072: KV slots per server]
+#   GRAPH_BS    --cuda-graph-max-bs of every server [32]: at least the largest parallelism measured
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
@@ -39,7 +45,7 @@ V2_S=${V2_S:-$DEF_S}
 # The call's own limit is 600 s: leave a minute for setup, teardown and packing, or nothing comes back.
 [[ "$V2_S" =~ ^[0-9]+$ ]] && [ "$V2_S" -le 540 ] || { echo "V2_S=$V2_S: want whole seconds, at most 540" >&2; exit 2; }
 V2_ROOT=${V2_ROOT:-/tmp/v2}
-R=$V2_ROOT/$SUB
+R=$V2_ROOT/$SUB${AB_TAG:+-$AB_TAG}
 PY=${PYTHON:-python3}
 DRY=${DRY_RUN:+--dry-run}
 T0=$(date +%s)
@@ -53,7 +59,11 @@ if [ -z "$DRY" ]; then
   # machine keeps the copy an earlier call made.
   [ -f /tmp/testbed/target/model.safetensors ] || [ ! -f sglang_eagle_paged/testbed/target/model.safetensors ] \
     || { rm -rf /tmp/testbed && cp -r sglang_eagle_paged/testbed /tmp/testbed; }
-  if [ "$SUB" != setup ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
+  if [ "$SUB" = ab ] && [ "${MODEL:-testbed}" = large ] && [ ! -f /tmp/models/target/config.json ]; then
+    "$PY" scripts/device/make_dummy_large.py /tmp/models > "$OUT/dummy_models.log" 2>&1 \
+      || { tail -5 "$OUT/dummy_models.log"; exit 1; }
+  fi
+  if [ "$SUB" != setup ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
   if { [ "$SUB" = correct ] || [ "$SUB" = ab ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
@@ -61,7 +71,12 @@ if [ -z "$DRY" ]; then
   fi
 fi
 mkdir -p "$R"
-MODEL=(--target /tmp/testbed/target --draft /tmp/testbed/draft --out "$R")
+case "${MODEL:-testbed}" in
+  testbed) MODEL=(--target /tmp/testbed/target --draft /tmp/testbed/draft --out "$R") ;;
+  large)   MODEL=(--target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out "$R") ;;
+  *) echo "MODEL=$MODEL: want testbed or large" >&2; exit 2 ;;
+esac
+GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}")
 RC=0
 # measure FILTER ARGS...: the Python step under the time limit, its log kept, the lines that matter shown
 measure() {
@@ -80,21 +95,28 @@ case "$SUB" in
         timeout 150 "$PY" -m sglang_eagle_paged.tools.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
         tail -25 "$R/doctor.txt"
       fi
+      if [ "${SMOKE:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
+        timeout 420 "$PY" -m sglang_eagle_paged.bench.smoke --load-format dummy --log-dir "$R/smoke" \
+          --target sglang_eagle_paged/testbed/target --draft sglang_eagle_paged/testbed/draft > "$R/smoke.txt" 2>&1
+        RC=$?; tail -30 "$R/smoke.txt"
+      fi
       cp "$OUT/log.txt" "$R/setup.log"
     else
       echo "setup: setup_v2.sh, then sglang_eagle_paged.tools.cli doctor"
     fi ;;
   correct)
-    measure "^\[e2e\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" \
+    measure "^\[e2e\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
       --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" \
       --probe-dir "$PWD/scripts/device/probes" ;;
   ab)
-    measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" \
+    measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" "${GRAPH[@]}" \
       --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \
+      --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
+      --max-total-tokens "${AB_KV:-131072}" \
       --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
-    measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" \
+    measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
       --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" ;;
 esac
 echo "$SUB rc=$RC after $(( $(date +%s) - T0 ))s"
@@ -103,7 +125,7 @@ pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 if [ "$SUB" = correct ] || [ "$SUB" = backends ]; then
   "$PY" -m sglang_eagle_paged.bench.v2_report "$R" > /dev/null 2> "$R/report.err" && sed -n '/## Greedy/,$p' "$R/report.md" | head -60
 fi
-(cd "$V2_ROOT" && tar czf "$OUT/$SUB.tgz" --exclude=triton_cache "$SUB")
+(cd "$V2_ROOT" && tar czf "$OUT/$(basename "$R").tgz" --exclude=triton_cache "$(basename "$R")")
 if [ -n "${JIT_BACK:-}" ]; then
   (cd ~/.cache && tar cf - $(ls -d tvm-ffi flashinfer sglang 2>/dev/null) | xz -T0 -6 > "$OUT/jit-cache.tar.xz")
 fi

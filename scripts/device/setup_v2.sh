@@ -2,8 +2,9 @@
 # setup_v2.sh [LOGFILE]        (on the GPU machine, from the checkout root; every call_v2.sh runs it)
 #
 # Installs the SGLang 0.5.17 bundle of make_bundle_v2.sh from whichever pieces are in BUNDLE
-# (default .devbundle-v2; pieces carried by earlier calls on a warm machine are still there) into
-# SITE (default /tmp/site-v2), once per machine and piece set:
+# (default /tmp/devbundle-v2) into SITE (default /tmp/site-v2), once per machine and piece set.
+# The pieces a call carries in the checkout's .devbundle-v2/ are first copied to BUNDLE: a carried
+# folder is replaced by every call, so the pieces of earlier calls live on the machine, not there.
 #   core    all core.partNN of core.sha256 here -> verified, unpacked, pip install --target SITE
 #   fa3     all fa3.partNN of fa3.sha256 here   -> verified, SITE/sgl_kernel/flash_ops.abi3.so
 #           (some parts only: said so; the fa3 backend waits for a later call that brings the rest)
@@ -17,7 +18,7 @@
 # SETUP_V2_IMPORT_CHECK=0 skips that check (the CPU test of this script); PYTHON picks python.
 set -uo pipefail
 LOG=${1:-/dev/stdout}
-B=${BUNDLE:-.devbundle-v2}
+B=${BUNDLE:-/tmp/devbundle-v2}
 SITE=${DEVBUNDLE_SITE:-/tmp/site-v2}
 PY=${PYTHON:-python3}
 PKG_SOURCE=${PKG_SOURCE:-link}
@@ -43,6 +44,10 @@ pieces_ready() {
 }
 # joined NAME: the parts of NAME.sha256 in order, concatenated, on stdout
 joined() { awk '$1 == "part" {print $2}' "$B/$1.sha256" | sed "s|^|$B/|" | xargs cat; }
+
+mkdir -p "$B"
+for f in .devbundle-v2/core.* .devbundle-v2/fa3.*; do [ -f "$f" ] && cp -f "$f" "$B/"; done
+if [ -d .devbundle-v2/extra ]; then mkdir -p "$B/extra" && cp -f .devbundle-v2/extra/*.whl "$B/extra/" 2>/dev/null; fi
 
 NEW=0
 # ---- core ------------------------------------------------------------------------------------
@@ -121,6 +126,23 @@ if [ -n "$EXTRA" ] && ! sha256sum $EXTRA | cmp -s - "$SITE/.devbundle/extra.sha2
   NEW=1
 fi
 
+# ---- deep_gemm: 0.5.17's draft worker imports dsa_backend while it captures CUDA graphs, and that
+# module imports deep_gemm at module level on CUDA. DeepGEMM is a CUDA build the bundle does not
+# carry and Llama-family serving never calls; a module that has nothing lets the import pass, and
+# SGLANG_ENABLE_JIT_DEEPGEMM=0 (env.sh) keeps SGLang from taking its presence as DeepGEMM support.
+if ! "$PY" -c "import deep_gemm" 2>/dev/null && [ ! -f "$SITE/deep_gemm/__init__.py" ]; then
+  mkdir -p "$SITE/deep_gemm"
+  cat > "$SITE/deep_gemm/__init__.py" <<'PYEOF'
+"""Placeholder written by sglang-eagle-paged's scripts/device/setup_v2.sh: DeepGEMM is not installed."""
+
+
+def __getattr__(name):
+    raise AttributeError(f"deep_gemm.{name}: DeepGEMM is not installed on this machine (a placeholder module)")
+PYEOF
+  say "deep_gemm: placeholder module written (DeepGEMM not installed; SGLANG_ENABLE_JIT_DEEPGEMM=0)"
+  NEW=1
+fi
+
 # ---- this package ----------------------------------------------------------------------------
 DEV=$SITE/.devbundle/dev
 rm -rf "$DEV"
@@ -160,6 +182,7 @@ ENVF=$SITE/.devbundle/env.sh
   echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
   # FA3 from sgl_kernel, never the kernels hub (no network there); 0.5.17's default, said aloud
   echo "export SGLANG_USE_SGL_FA3_KERNEL=1"
+  echo "export SGLANG_ENABLE_JIT_DEEPGEMM=0"
 } > "$ENVF"
 command -v ninja >/dev/null 2>&1 || {
   d=$("$PY" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) && echo "export PATH=$d:\$PATH" >> "$ENVF"; }
@@ -203,6 +226,15 @@ for m in ("sglang.srt.speculative.eagle_worker_v2", "sglang.srt.speculative.eagl
           "sglang.srt.layers.attention.triton_backend", "sglang.srt.layers.attention.flashinfer_backend",
           "sglang.srt.layers.attention.flashattention_backend"):
     importlib.import_module(m)
+# What a server imports while it starts beyond those: the draft worker's CUDA-graph capture imports
+# the sparse/MLA backends (a missing deep_gemm stopped every EAGLE server once). Each where the
+# release has it.
+import importlib.util
+for m in ("sglang.srt.layers.attention.dsa_backend", "sglang.srt.layers.attention.deepseek_v4_backend",
+          "sglang.srt.layers.attention.flashmla_backend"):
+    if importlib.util.find_spec(m) is not None:
+        importlib.import_module(m)
+        print(f"   {m.rsplit('.', 1)[1]} imports")
 for mod in (sglang, sgl_kernel, flashinfer, transformers, tokenizers, xgrammar):
     where = "(bundle)" if mod.__file__.startswith(site) else "(machine)"
     print(f"   {mod.__name__:13s} {getattr(mod, '__version__', '?'):14s} {where}")

@@ -29,7 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   warmup_mixes)
 from . import cpu_pinning, triton_cache
 from . import gc_stats
-from .mtbench import load_questions, run_benchmark
+from .mtbench import load_questions, run_benchmark, sized
 from .server import stop_all
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
@@ -183,19 +183,20 @@ def freeze_gc(servers: dict) -> None:
 
 
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
-                  parallel1_questions: int, rounds: int, settle: int, bench_kw: dict, save,
+                  parallel1_questions: int, more_parallel: tuple = (), rounds: int, settle: int, bench_kw: dict, save,
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
                   isolate_scheduler: bool = False, gc_freeze: bool = False) -> None:
     cache_dirs = cache_dirs or {}
     # Every process of both servers exists by now (they answered /health): place them for round 0.
     placed = _place(servers, 0, swap_cpus, isolate_scheduler)
     for side in ("A", "B"):
-        for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
+        for mix, mix_parallel in warmup_mixes(warmup_questions, max((parallel, *more_parallel))):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
     if gc_freeze:  # after warm-up, as SGLang advises: what warm-up made is what serving keeps
         freeze_gc(servers)
     variants = {side: triton_cache.compiled_since({}, cache_dirs.get(side))[0] for side in ("A", "B")}
-    levels = [(parallel, questions)] + ([(1, questions[:parallel1_questions])] if parallel1_questions else [])
+    levels = ([(par, questions) for par in (parallel, *more_parallel)]
+              + ([(1, questions[:parallel1_questions])] if parallel1_questions else []))
     # Settling passes, not counted: the measured workload once per side and level. Round 0 was the
     # only round whose prompts were not yet in the radix cache, and the short warm-up mixes left
     # kernels to compile in it (runs 14 and 15: page 1's server compiled two of SGLang's kernels
@@ -277,7 +278,7 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
 
 def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, num_questions: int = 80,
               parallel: int = 16, parallel1_questions: int = 0, max_new_tokens: int = 256,
-              ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
+              more_parallel: tuple = (), ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
               pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
@@ -296,12 +297,13 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     all_questions = load_questions(question_file, None)
-    questions = all_questions[:num_questions]
+    questions = sized(all_questions, num_questions)
     warmup_questions = _warmup_questions(all_questions, warmup)
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
     if (swap_cpus or isolate_scheduler) and not pin_cpus:
         raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
-    results = {"rounds": rounds, "parallel": parallel, "parallel1_questions": parallel1_questions,
+    results = {"rounds": rounds, "parallel": parallel, "more_parallel": list(more_parallel),
+               "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
                "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
                "gc_record": gc_record, "pairs": {}}
@@ -326,7 +328,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                           max_total_tokens=max_total_tokens, mem_fraction=mem_fraction, load_format=load_format,
                           startup_timeout=startup_timeout, triton_seeds=triton_seeds, gc_record=gc_record,
                           questions=questions,
-                          warmup_questions=warmup_questions, parallel=parallel,
+                          warmup_questions=warmup_questions, parallel=parallel, more_parallel=tuple(more_parallel),
                           parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
                           bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler,
                           gc_freeze=gc_freeze)
@@ -375,8 +377,9 @@ def _rounds_text(results: dict) -> str:
 
 
 def markdown(results: dict) -> str:
+    levels = ", ".join(str(p) for p in (results["parallel"], *results.get("more_parallel", ())))
     lines = [_rounds_text(results) + f", {results['num_questions']} questions at parallel "
-             f"{results['parallel']}" + (f", {results['parallel1_questions']} at parallel 1"
+             f"{levels}" + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
              + "; ratio = geometric mean of B/A per round, 95% t-interval",

@@ -32,6 +32,7 @@ class RunConfig:
     backend: str = "fa3"
     algorithm: str | None = "EAGLE"  # None: no speculation
     cuda_graph: bool = True
+    cuda_graph_max_bs: int = 32      # the largest batch a CUDA graph serves: at least the parallelism measured
     draft: str = "draft"             # "draft" (EAGLE head) or "target" (self-draft)
     extra: list = field(default_factory=list)
     env: dict = field(default_factory=dict)  # extra server environment, e.g. an A/B switch
@@ -147,7 +148,7 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     # (measured 2026-11-30; the testbed now has 16384 positions, not re-verified yet).
     common = ["--grammar-backend", "none", "--sampling-backend", "pytorch",
               "--log-level", os.environ.get(LOG_LEVEL_ENV, "warning"),
-              "--cuda-graph-max-bs", "32", "--disable-piecewise-cuda-graph",
+              "--cuda-graph-max-bs", str(cfg.cuda_graph_max_bs), "--disable-piecewise-cuda-graph",
               # SGLang picks a free port for torch.distributed at start-up; with dozens of servers
               # starting together two picked the same one (run 3: EADDRINUSE). Ours, by server.
               "--nccl-port", str(port + 20000)]

@@ -84,7 +84,21 @@ def load_questions(path: str | os.PathLike | None = None, num_questions: int | N
                     "category": q.get("category", ""),
                     "turns": list(q["turns"]),
                 })
-    return questions[:num_questions] if num_questions else questions
+    return sized(questions, num_questions) if num_questions else questions
+
+
+def sized(questions: list[dict], n: int) -> list[dict]:
+    """``n`` conversations: the first ``n`` questions, or, past the set's end, the set again with a
+    numbered preamble on every turn, so that a parallelism above the set's size keeps that many
+    distinct conversations in flight (a repeated prompt would be served from the radix cache)."""
+    out = list(questions[:n])
+    rep = 1
+    while len(out) < n:
+        for q in questions[: n - len(out)]:
+            out.append({**q, "question_id": f"{q['question_id']}r{rep}",
+                        "turns": [f"(Variant {rep}) {t}" for t in q["turns"]]})
+        rep += 1
+    return out
 
 
 # --------------------------------------------------------------------------- prompts

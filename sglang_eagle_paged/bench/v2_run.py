@@ -52,7 +52,7 @@ def pair_done(path: Path, rounds: int) -> bool:
 
 
 def sweep(a) -> int:
-    cfgs = v2_sets.configs(a.set, a.only)
+    cfgs = [replace(c, cuda_graph_max_bs=a.cuda_graph_max_bs) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     if a.probe_dir:
         cfgs = with_probe(cfgs, a.probe_dir, out / "sync")
@@ -65,7 +65,7 @@ def sweep(a) -> int:
                 num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
                 max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, question_file=a.question_file,
                 warmup=a.warmup, concurrency=a.concurrency or len(cfgs), ignore_eos=a.ignore_eos,
-                parallel1_questions=a.parallel1_questions, gpus=a.gpus)
+                parallel1_questions=a.parallel1_questions, gpus=a.gpus, load_format=a.load_format)
     return 0
 
 
@@ -74,7 +74,9 @@ def ab(a) -> int:
 
     out = Path(a.out)
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
+    more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
     for pa, pb in v2_sets.pairs(a.pairs):
+        pa, pb = (replace(c, cuda_graph_max_bs=a.cuda_graph_max_bs) for c in (pa, pb))
         where = pair_dir(out, pa, pb)
         if pair_done(where, a.rounds):
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
@@ -85,6 +87,7 @@ def ab(a) -> int:
         try:
             results = ab_mod.run_pairs([(pa, pb)], target=a.target, draft=a.draft, out_dir=str(where),
                                        rounds=a.rounds, num_questions=a.questions, parallel=a.parallel,
+                                       more_parallel=more, load_format=a.load_format,
                                        parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
                                        max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction,
@@ -114,6 +117,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--out", required=True)
         s.add_argument("--max-total-tokens", type=int, default=131072)
         s.add_argument("--mem-fraction", type=float)
+        s.add_argument("--cuda-graph-max-bs", type=int, default=32,
+                       help="largest batch served by a CUDA graph (at least the parallelism measured)")
+        s.add_argument("--load-format", help="e.g. dummy: random weights from the configs (a cost-only run)")
         s.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
         add_workload_args(s, "also measure parallel 1 on this many")
         s.set_defaults(**defaults)
@@ -126,6 +132,7 @@ def parser() -> argparse.ArgumentParser:
     sa = sub.choices["ab"]
     sa.add_argument("--pairs", help=f"A:B,... (default {','.join(v2_sets.AB_PAIRS)})")
     sa.add_argument("--rounds", type=int, default=6)
+    sa.add_argument("--also-parallel", help="more parallelisms each round measures, comma-separated (e.g. 128)")
     sa.add_argument("--settle-passes", type=int, default=1)
     sa.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
     return p

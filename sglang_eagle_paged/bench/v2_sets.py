@@ -8,7 +8,7 @@ duplication), ``fake`` the plugin without the copy. ``_nooverlap`` adds ``--disa
 Sets, most important first within each (a cut-short run keeps the head):
   correct   point 1-3: outputs, acceptance, host syncs (the probe), compiles after warm-up
   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
-The A/B pairs of point 4 are names of ``correct`` (``AB_PAIRS``).
+An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
 from .e2e import RunConfig
@@ -65,8 +65,8 @@ def configs(set_name: str, only: str | None = None) -> list:
 
 
 def pairs(spec: str | None) -> list:
-    """``A:B`` pairs of the ``correct`` set (comma-separated; default :data:`AB_PAIRS`)."""
-    by_name = {c.name: c for c in correct_set()}
+    """``A:B`` pairs of configurations of any set (comma-separated; default :data:`AB_PAIRS`)."""
+    by_name = {c.name: c for make in SETS.values() for c in make()}
     out = []
     for item in (spec.split(",") if spec else AB_PAIRS):
         a, sep, b = item.partition(":")

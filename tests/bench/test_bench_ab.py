@@ -179,6 +179,29 @@ def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_nam
     assert "settling" not in ab.markdown({**res, "settle_passes": 0}).splitlines()[0]
 
 
+def test_more_parallelisms_are_levels_of_every_round_over_more_conversations_than_the_set(monkeypatch, tmp_path,
+                                                                                          fake_server):  # noqa: F811
+    _serve_fakes(monkeypatch, fake_server)
+    real, calls = ab.run_benchmark, []
+
+    def bench(base_url, qs, **kw):
+        calls.append((kw["parallel"], [q["question_id"] for q in qs]))
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    qfile = _question_file(tmp_path)
+    n = len(QUESTIONS) + 2  # past the set's end: the set again, each turn with a numbered preamble
+    res = ab.run_pairs([(e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("off_p64", mode="off", page_size=64))],
+                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=n, parallel=2,
+                       more_parallel=(4,), max_new_tokens=8, warmup=0, question_file=str(qfile), settle=0)
+    assert [par for par, _ in calls] == [2, 4, 2, 4]
+    ids = calls[0][1]
+    assert len(ids) == len(set(ids)) == n and all(c[1] == ids for c in calls)
+    pair = res["pairs"]["on_p64:off_p64#0"]
+    assert sorted(pair["summary"]) == ["2", "4"] and res["more_parallel"] == [4]
+    assert f"{n} questions at parallel 2, 4" in ab.markdown(res).splitlines()[0]
+
+
 def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatch, tmp_path, fake_server):  # noqa: F811
     url, _ = fake_server
 

@@ -110,6 +110,14 @@ def test_load_questions_from_file(question_file):
     assert len(mtbench.load_questions(question_file, num_questions=2)) == 2
 
 
+def test_more_conversations_than_the_set_repeat_it_with_distinct_prompts(question_file):
+    qs = mtbench.load_questions(question_file, num_questions=7)
+    assert [q["question_id"] for q in qs] == [1, 2, 3, "1r1", "2r1", "3r1", "1r2"]
+    assert qs[3]["turns"] == ["(Variant 1) Write a haiku.", "(Variant 1) Now make it rhyme."]
+    first_turns = [q["turns"][0] for q in qs]
+    assert len(set(first_turns)) == 7  # no prompt repeated: none is served from the radix cache
+
+
 def test_find_question_file_in_installed_layout(tmp_path):
     # A site-packages lookalike: dist-info with a RECORD naming the data file.
     site = tmp_path / "site"

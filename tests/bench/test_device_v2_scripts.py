@@ -162,7 +162,8 @@ def _checkout(tmp_path: Path, out: Path, parts: list) -> Path:
 
 
 def _setup(co: Path, site: Path):
-    env = {**os.environ, "DEVBUNDLE_SITE": str(site), "SETUP_V2_IMPORT_CHECK": "0", "PYTHON": sys.executable}
+    env = {**os.environ, "DEVBUNDLE_SITE": str(site), "SETUP_V2_IMPORT_CHECK": "0", "PYTHON": sys.executable,
+           "BUNDLE": str(site.parent / "bundle-on-the-machine")}
     return subprocess.run(["bash", str(DEVICE / "setup_v2.sh"), str(co / "log.txt")], cwd=co, env=env,
                           capture_output=True, text=True, timeout=170)
 
@@ -181,7 +182,16 @@ def test_setup_installs_core_then_fa3_when_its_last_part_arrives(bundle, tmp_pat
     assert "sglang_eagle_paged.plugin:register" in entry.read_text()
     env_sh = (site / ".devbundle" / "env.sh").read_text()
     assert f"{site}:{site}/.devbundle/dev:{co}" in env_sh and "HF_HUB_OFFLINE=1" in env_sh
-    _checkout(tmp_path, out, ["fa3.part01"])  # call 2 brings the rest
+    # An EAGLE server imports deep_gemm while it starts (0.5.17's dsa_backend): a module is there, and
+    # SGLang is told not to take it for DeepGEMM.
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in env_sh
+    placeholder = subprocess.run([sys.executable, "-c", "import deep_gemm; print(hasattr(deep_gemm, 'fp8_gemm'))"],
+                                 env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True)
+    assert placeholder.returncode == 0 and placeholder.stdout.strip() == "False", placeholder.stderr
+    # Call 2 brings the rest, in a checkout whose carried .devbundle-v2 holds only that part (a carried
+    # folder is replaced by each call): the parts of call 1 are still on the machine.
+    shutil.rmtree(co / ".devbundle-v2")
+    _checkout(tmp_path, out, ["fa3.part01"])
     second = _setup(co, site)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "core: installed on this machine already" in second.stdout
@@ -269,6 +279,28 @@ def test_call_picks_configurations_and_pairs_by_name(tmp_path):
     assert pairs.returncode == 0 and "[v2 ab] on_p128:off_p128 ->" in pairs.stdout and "on_p1:on_p64" not in pairs.stdout
     wrong = _call(tmp_path, "ab", AB_PAIRS="on_p64-off_p64")
     assert wrong.returncode != 0 and "bad pair 'on_p64-off_p64'" in wrong.stdout
+
+
+@needs_tools
+def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tmp_path):
+    done = _call(tmp_path, "ab", AB_PAIRS="on_p64:off_p64,triton_on_p64:triton_off_p64", PARALLEL="64",
+                 ALSO_PARALLEL="128", GRAPH_BS="128", AB_TAG="p64")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"[v2 ab] triton_on_p64:triton_off_p64 -> {tmp_path}/v2/ab-p64/triton_on_p64__triton_off_p64" in done.stdout
+    bad = _call(tmp_path, "ab", MODEL="huge")
+    assert bad.returncode == 2 and "MODEL=huge: want testbed or large" in bad.stderr
+
+
+def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():
+    from sglang_eagle_paged.bench import e2e, v2_run
+
+    a = v2_run.parser().parse_args(["ab", "--target", "T", "--draft", "D", "--out", "O", "--cuda-graph-max-bs", "128",
+                                    "--load-format", "dummy", "--also-parallel", "128", "--parallel", "64"])
+    assert (a.cuda_graph_max_bs, a.load_format, a.also_parallel, a.parallel) == (128, "dummy", "128", 64)
+    args = e2e.server_args(e2e.RunConfig("on_p64", page_size=64, cuda_graph_max_bs=128), "T", "D", 30000, 65536, 0.4)
+    assert args[args.index("--cuda-graph-max-bs") + 1] == "128"
+    default = e2e.server_args(e2e.RunConfig("on_p64", page_size=64), "T", "D", 30000, 65536, 0.4)
+    assert default[default.index("--cuda-graph-max-bs") + 1] == "32"
 
 
 # ---------------------------------------------------------------- v2_run resume rule, v2_report
