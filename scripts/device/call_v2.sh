@@ -92,14 +92,17 @@ case "$SUB" in
     if [ -z "$DRY" ]; then
       # doctor (the plugin's own report and self-test) once FA3 is in, unless DOCTOR=0
       if [ "${DOCTOR:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
-        timeout 150 "$PY" -m sglang_eagle_paged.tools.cli doctor > "$R/doctor.txt" 2>&1; echo "doctor rc=$?" | tee -a "$R/doctor.txt"
-        tail -25 "$R/doctor.txt"
+        # on the CPU while the smoke server starts on the GPU: neither waits for the other
+        { timeout 150 "$PY" -m sglang_eagle_paged.tools.cli doctor > "$R/doctor.txt" 2>&1
+          echo "doctor rc=$?" >> "$R/doctor.txt"; } &
       fi
       if [ "${SMOKE:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
         timeout 420 "$PY" -m sglang_eagle_paged.bench.smoke --load-format dummy --log-dir "$R/smoke" \
           --target sglang_eagle_paged/testbed/target --draft sglang_eagle_paged/testbed/draft > "$R/smoke.txt" 2>&1
         RC=$?; tail -30 "$R/smoke.txt"
       fi
+      wait
+      [ -f "$R/doctor.txt" ] && tail -25 "$R/doctor.txt"
       cp "$OUT/log.txt" "$R/setup.log"
     else
       echo "setup: setup_v2.sh, then sglang_eagle_paged.tools.cli doctor"
