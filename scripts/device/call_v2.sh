@@ -26,7 +26,7 @@
 #   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
 #               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
 #               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large],
-#               MAX_NEW [256], AB_KV [131072: KV slots per server]
+#               MAX_NEW [256], AB_KV [131072: KV slots per server], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
 #   GRAPH_BS    --cuda-graph-max-bs of every server [32]: at least the largest parallelism measured
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
@@ -115,7 +115,7 @@ case "$SUB" in
     measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" "${GRAPH[@]}" \
       --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \
       --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
-      --max-total-tokens "${AB_KV:-131072}" \
+      --max-total-tokens "${AB_KV:-131072}" ${IGNORE_EOS:+--ignore-eos} \
       --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
