@@ -18,6 +18,8 @@
 #             measures the Llama-3-8B-shaped dummy pair (random weights, scripts/device/make_dummy_large.py)
 #   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
 #             (flashinfer compiles its kernels with nvcc on first use: minutes on a fresh machine)
+#   prepare   the duplication alone (bench.prepare_v2): SGLang's function against ours, GPU and host
+#             time per call at batch 1-256, pages 16/64/128, 2 ms of GPU work queued ahead
 #
 # Environment (defaults in brackets):
 #   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420]; at most 540
@@ -36,11 +38,11 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 SUB=${1:-}
 case "$SUB" in
-  setup|correct|ab|backends) ;;
-  *) echo "usage: call_v2.sh setup|correct|ab|backends   (see the header)" >&2; exit 2 ;;
+  setup|correct|ab|backends|prepare) ;;
+  *) echo "usage: call_v2.sh setup|correct|ab|backends|prepare   (see the header)" >&2; exit 2 ;;
 esac
 OUT=${OUT:?OUT is unset: run this through the device tool, or set OUT for a dry run}
-case "$SUB" in correct|backends) DEF_S=420 ;; ab) DEF_S=480 ;; *) DEF_S=0 ;; esac
+case "$SUB" in correct|backends) DEF_S=420 ;; ab) DEF_S=480 ;; prepare) DEF_S=240 ;; *) DEF_S=0 ;; esac
 V2_S=${V2_S:-$DEF_S}
 # The call's own limit is 600 s: leave a minute for setup, teardown and packing, or nothing comes back.
 [[ "$V2_S" =~ ^[0-9]+$ ]] && [ "$V2_S" -le 540 ] || { echo "V2_S=$V2_S: want whole seconds, at most 540" >&2; exit 2; }
@@ -117,6 +119,10 @@ case "$SUB" in
       --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
       --max-total-tokens "${AB_KV:-131072}" ${IGNORE_EOS:+--ignore-eos} \
       --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
+  prepare)
+    if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
+    else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1
+         RC=$?; grep "^|" "$R/run.log"; [ "$RC" = 0 ] || tail -8 "$R/run.log"; fi ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
     measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
