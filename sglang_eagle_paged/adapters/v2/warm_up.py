@@ -11,7 +11,7 @@ import logging
 import torch
 
 from ...kernels import duplicate_kv_pairs
-from . import pools
+from . import move_warm_up, pools
 from .pairs import SENTINEL, pair_capacity
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -60,4 +60,5 @@ def after_hook(result, worker, *args, **kwargs):
     except Exception as exc:  # noqa: BLE001 -- a failed warm-up costs one compile at the first draft, not the server
         logger.warning("[sglang-eagle-paged] v2 warm-up skipped (%s: %s); the kernel compiles at the first draft",
                        type(exc).__name__, exc)
+    move_warm_up.warm_up_worker(worker)  # SGLang's post-verify KV move; logs its own failure
     return result
