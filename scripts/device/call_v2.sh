@@ -30,6 +30,8 @@
 #               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large],
 #               MAX_NEW [256], AB_KV [131072: KV slots per server], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
 #   GRAPH_BS    --cuda-graph-max-bs of every server [32]: at least the largest parallelism measured
+#   MAX_RUNNING --max-running-requests of every server [SGLang's: 0.5.17 lowers it to 48 for speculative
+#               decoding, so a parallelism above that queues]
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
@@ -78,7 +80,7 @@ case "${MODEL:-testbed}" in
   large)   MODEL=(--target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out "$R") ;;
   *) echo "MODEL=$MODEL: want testbed or large" >&2; exit 2 ;;
 esac
-GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}")
+GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}" ${MAX_RUNNING:+--max-running-requests "$MAX_RUNNING"})
 RC=0
 # measure FILTER ARGS...: the Python step under the time limit, its log kept, the lines that matter shown
 measure() {

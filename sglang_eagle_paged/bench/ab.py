@@ -29,7 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   warmup_mixes)
 from . import cpu_pinning, triton_cache
 from . import gc_stats
-from .mtbench import load_questions, run_benchmark, sized
+from .mtbench import Client, load_questions, run_benchmark, sized
 from .server import stop_all
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
@@ -182,11 +182,33 @@ def freeze_gc(servers: dict) -> None:
             raise RuntimeError(f"{side}: /freeze_gc answered {r.status_code}")
 
 
+def kv_pool_tokens(info: dict | None) -> int | None:
+    """A server's KV pool in tokens as its scheduler reports it in ``/server_info`` (None where it
+    does not say)."""
+    for d in (info or {}, *((info or {}).get("internal_states") or [])):
+        if isinstance(d, dict) and isinstance(d.get("max_total_num_tokens"), int):
+            return d["max_total_num_tokens"]
+    return None
+
+
+def equal_kv_pools(pools: dict) -> None:
+    """Refuse a pair whose servers hold KV pools of different sizes. Two servers started together
+    size their pools from the memory free when each profiles it, so the one profiled second can get
+    less and retract requests the other serves: the comparison would measure memory, not the path."""
+    known = {side: n for side, n in pools.items() if n is not None}
+    if len(set(known.values())) > 1:
+        raise RuntimeError(f"unequal KV pools (tokens): {known}; give both servers --max-total-tokens "
+                           f"{min(known.values())} or less, or a larger --mem-fraction-static")
+
+
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, more_parallel: tuple = (), rounds: int, settle: int, bench_kw: dict, save,
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
                   isolate_scheduler: bool = False, gc_freeze: bool = False) -> None:
     cache_dirs = cache_dirs or {}
+    pools = {side: kv_pool_tokens(Client(servers[side].base_url).server_info()) for side in ("A", "B")}
+    save(lambda: pair.update(kv_pool_tokens=pools))
+    equal_kv_pools(pools)
     # Every process of both servers exists by now (they answered /health): place them for round 0.
     placed = _place(servers, 0, swap_cpus, isolate_scheduler)
     for side in ("A", "B"):

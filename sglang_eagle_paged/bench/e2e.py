@@ -33,6 +33,8 @@ class RunConfig:
     algorithm: str | None = "EAGLE"  # None: no speculation
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 32      # the largest batch a CUDA graph serves: at least the parallelism measured
+    # SGLang caps running requests for speculative decoding (0.5.17: 48) unless told: at least the parallelism
+    max_running_requests: int | None = None
     draft: str = "draft"             # "draft" (EAGLE head) or "target" (self-draft)
     extra: list = field(default_factory=list)
     env: dict = field(default_factory=dict)  # extra server environment, e.g. an A/B switch
@@ -154,6 +156,8 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
               "--nccl-port", str(port + 20000)]
     if not cfg.cuda_graph:
         common.append("--disable-cuda-graph")
+    if cfg.max_running_requests:
+        common += ["--max-running-requests", str(cfg.max_running_requests)]
     if cfg.algorithm is None:
         args = ["--model-path", target, "--page-size", str(cfg.page_size), "--attention-backend", cfg.backend,
                 "--host", "127.0.0.1", "--port", str(port), "--max-total-tokens", str(max_total_tokens),

@@ -36,6 +36,11 @@ def with_probe(cfgs: list, probe_dir: str, sync_root: Path) -> list:
     return [replace(c, env={**c.env, "PYTHONPATH": path, SYNC_ENV: str(sync_root / c.name)}) for c in cfgs]
 
 
+def sized_for(cfg, a):
+    """``cfg`` with the command line's CUDA-graph batch and running-request cap."""
+    return replace(cfg, cuda_graph_max_bs=a.cuda_graph_max_bs, max_running_requests=a.max_running_requests)
+
+
 def pair_dir(out: Path, a, b) -> Path:
     return out / f"{a.name}__{b.name}"
 
@@ -52,7 +57,7 @@ def pair_done(path: Path, rounds: int) -> bool:
 
 
 def sweep(a) -> int:
-    cfgs = [replace(c, cuda_graph_max_bs=a.cuda_graph_max_bs) for c in v2_sets.configs(a.set, a.only)]
+    cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     if a.probe_dir:
         cfgs = with_probe(cfgs, a.probe_dir, out / "sync")
@@ -76,7 +81,7 @@ def ab(a) -> int:
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
     for pa, pb in v2_sets.pairs(a.pairs):
-        pa, pb = (replace(c, cuda_graph_max_bs=a.cuda_graph_max_bs) for c in (pa, pb))
+        pa, pb = (sized_for(c, a) for c in (pa, pb))
         where = pair_dir(out, pa, pb)
         if pair_done(where, a.rounds):
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
@@ -119,6 +124,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--mem-fraction", type=float)
         s.add_argument("--cuda-graph-max-bs", type=int, default=32,
                        help="largest batch served by a CUDA graph (at least the parallelism measured)")
+        s.add_argument("--max-running-requests", type=int,
+                       help="SGLang's cap on requests served at once (it lowers its own for speculative decoding)")
         s.add_argument("--load-format", help="e.g. dummy: random weights from the configs (a cost-only run)")
         s.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
         add_workload_args(s, "also measure parallel 1 on this many")

@@ -454,3 +454,21 @@ def test_the_ratio_is_given_again_without_the_rounds_that_compiled():
     # nothing compiled: nothing more to say
     quiet = ab.summarize_pair([dict(p, compiled=None) for p in passes])["1"]
     assert "ratio_without_compiles" not in quiet
+
+
+def test_a_pair_whose_kv_pools_differ_is_refused_and_the_sizes_recorded():
+    info = {"page_size": 64, "internal_states": [{"max_total_num_tokens": 91392}]}
+    assert ab.kv_pool_tokens(info) == 91392 and ab.kv_pool_tokens({"max_total_num_tokens": 5}) == 5
+    assert ab.kv_pool_tokens(None) is None and ab.kv_pool_tokens({"page_size": 64}) is None
+    ab.equal_kv_pools({"A": 131072, "B": 131072})
+    ab.equal_kv_pools({"A": 131072, "B": None})  # a server that does not say is not held against the pair
+    with pytest.raises(RuntimeError, match=r"unequal KV pools.*--max-total-tokens 91392"):
+        ab.equal_kv_pools({"A": 91392, "B": 131072})
+
+
+def test_the_running_request_cap_reaches_the_server_only_when_asked():
+    cfg = e2e.RunConfig("on_p64", page_size=64, max_running_requests=128)
+    args = e2e.server_args(cfg, "T", "D", 30000, 65536, 0.4)
+    assert args[args.index("--max-running-requests") + 1] == "128"
+    assert "--max-running-requests" not in e2e.server_args(e2e.RunConfig("on_p64", page_size=64), "T", "D", 30000,
+                                                           65536, 0.4)
