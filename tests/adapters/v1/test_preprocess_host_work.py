@@ -4,7 +4,7 @@ Host time per draft step is mostly dispatch: every torch op and every Triton lau
 microseconds on the host whatever the GPU does. This counts both (real SGLang pools, Triton under
 its interpreter, whose own tensor traffic inside a launch is not counted) for SGLang's
 ``_draft_preprocess_decode`` at page 1 and page N and for ours at page N, on the same batch.
-(Counted by ``scripts/count_preprocess_ops.py`` until commit 7f316a4; what it found is in
+(Counted by ``scripts/count_preprocess_ops.py``, in git at 7f316a4; what it found is in
 docs/performance.md.)
 """
 
