@@ -1,8 +1,8 @@
 """Launching our Triton kernels without Triton's per-call argument binding.
 
 ``kernel[grid](...)`` binds and specialises every argument on each call to find the compiled
-variant, then calls its launcher: several times the launcher's own host time (measured with
-``scripts/bench_launch.py``; numbers in ``docs/performance.md``). A draft round at page > 1 makes
+variant, then calls its launcher: several times the launcher's own host time (numbers in
+``docs/performance.md``). A draft round at page > 1 makes
 several such launches on a host-bound server's critical path.
 
 :func:`launch` keeps each kernel's compiled variants keyed by what Triton specialises them on,

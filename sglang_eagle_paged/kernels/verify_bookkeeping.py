@@ -10,7 +10,7 @@ After a tree verify at ``page_size > 1`` and ``topk > 1``, SGLang needs, per ver
 - an uninitialised buffer the size of ``src_cache_loc`` for the targets, which SGLang fills.
 
 SGLang computes them under ``torch.compile(dynamic=True)``; eager torch needs nine small ops.
-Either way it costs host time on every verify round (``bench_kernels.py``;
+Either way it costs host time on every verify round (``bench.kernels``;
 ``docs/performance.md``), on a path a host-bound server runs every round. Here both outputs
 come from one launch: programs over ``max(len(accept_index), bs)`` elements in fixed blocks,
 each writing its block of ``src`` and of ``to_free``. The block size is the only constexpr:

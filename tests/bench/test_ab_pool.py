@@ -1,21 +1,14 @@
-"""CPU tests of scripts/ab_pool.py: pooling bench.ab recordings across calls."""
+"""CPU tests of sglang_eagle_paged/bench/ab_pool.py: pooling bench.ab recordings across calls."""
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 
+from sglang_eagle_paged.bench import ab_pool as mod
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "ab_pool.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("ab_pool", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _recording(path, b_name, ratios_by_parallel):
@@ -26,7 +19,6 @@ def _recording(path, b_name, ratios_by_parallel):
 
 
 def test_rounds_of_the_same_pair_and_parallelism_are_pooled(tmp_path):
-    mod = _load()
     one = _recording(tmp_path / "1.json", "on_p64", {16: [0.9, 1.1], 1: [1.0, 1.02]})
     two = _recording(tmp_path / "2.json", "on_p64", {16: [0.8, 0.85, 0.9]})
     other = _recording(tmp_path / "3.json", "on_p128", {16: [1.2, 1.3]})
@@ -47,7 +39,6 @@ def test_rounds_of_the_same_pair_and_parallelism_are_pooled(tmp_path):
 
 
 def test_the_committed_runs_give_the_pooled_numbers_their_readme_states():
-    mod = _load()
     results = ROOT / "bench" / "results"
     paths = [results / "2026-11-30-h200-run10/ab_testbed/ab.json",
              results / "2026-11-30-h200-run11/ab_testbed_p64/ab.json",
@@ -74,7 +65,6 @@ def _fit_recording(path, diffs):
 
 
 def test_fit_differences_pair_passes_by_round_and_pool_the_recordings(tmp_path):
-    mod = _load()
     one = _fit_recording(tmp_path / "1.json", [(10.0, -0.1), (20.0, -0.2)])
     two = _fit_recording(tmp_path / "2.json", [(30.0, -0.3)])
     (row,) = mod.fit_differences([one, two])
@@ -87,7 +77,6 @@ def test_fit_differences_pair_passes_by_round_and_pool_the_recordings(tmp_path):
 
 
 def test_the_committed_runs_give_the_fit_differences_run_16_states():
-    mod = _load()
     results = ROOT / "bench" / "results"
     paths = [results / f"2026-11-30-h200-run13/ab_testbed_p64_{x}/ab.json" for x in "abc"]
     paths += [results / f"2026-12-01-h200-run14/ab_testbed_p64_{x}/ab.json" for x in "ab"]
@@ -115,7 +104,6 @@ def _probe_recording(path, tokens, ms_by_round):
 
 
 def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_answers(tmp_path):
-    mod = _load()
     one = _probe_recording(tmp_path / "1.json", 1, [(10.0, 11.0), (10.0, 12.0)])
     two = _probe_recording(tmp_path / "2.json", 1, [(10.0, 13.0)])
     full = _probe_recording(tmp_path / "3.json", 256, [(4.0, 4.4)])  # not a probe: no per-request reading
@@ -134,7 +122,6 @@ def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_
 
 
 def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
-    mod = _load()
     run = ROOT / "bench" / "results" / "2026-12-01-h200-run17"
     paths = [run / d / "ab.json" for d in ("probe_a", "probe_b", "probe_aa", "probe_nospec")]
     if not all(p.exists() for p in paths):
@@ -151,7 +138,6 @@ def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states
 
 
 def test_the_committed_run_18_recordings_give_the_ratios_the_readme_states():
-    mod = _load()
     results = ROOT / "bench" / "results"
     plain = [results / run / d / "ab.json" for run, d in (
         ("2026-11-30-h200-run13", "ab_testbed_p64_a"), ("2026-11-30-h200-run13", "ab_testbed_p64_b"),

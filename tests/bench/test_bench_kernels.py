@@ -1,6 +1,5 @@
-"""CPU checks of scripts/bench_kernels.py: timing helpers, report layout, the tiny sweep."""
+"""CPU checks of sglang_eagle_paged/bench/kernels.py: timing helpers, report layout, the tiny sweep."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,17 +10,16 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "bench_kernels.py"
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
 
 
 @pytest.fixture
-def bk():
-    spec = importlib.util.spec_from_file_location("bench_kernels", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bk(monkeypatch):
+    from sglang_eagle_paged.bench import kernels
+
+    monkeypatch.setattr(kernels, "CAPTURE_FAILURES", {})  # a module global: each test starts empty
+    return kernels
 
 
 def times(device, wall, host, na=None):
@@ -103,7 +101,7 @@ def test_plot_uses_device_time_where_measured(bk, tmp_path):
 @cpu_only
 def test_tiny_sweep_runs_on_cpu(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], cwd=ROOT, env=env, check=True,
+    subprocess.run([sys.executable, "-m", "sglang_eagle_paged.bench.kernels", "--out", str(tmp_path)], cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=600)
     res = json.loads((tmp_path / "kernels.json").read_text())
     for key in ("ours", "ours_out", "ours_free_pages", "upstream_kernel", "upstream"):
@@ -121,25 +119,3 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     # FA3's replay metadata for all draft steps: ours wrote SGLang's tables
     assert res["fa3_replay"][0]["identical"] is True and res["fa3_replay"][0]["upstream_p1_wall_us"] > 0
 
-
-def test_count_preprocess_ops_runs_and_sees_the_launches():
-    """The host-work counter of scripts/count_preprocess_ops.py, on the CPU."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("count_preprocess_ops", ROOT / "scripts" / "count_preprocess_ops.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    import io
-    from contextlib import redirect_stdout
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        mod.main(["--page", "16", "--topk", "4", "--steps", "3", "--seq-lens", "5,16,37"])
-    rows = json.loads(out.getvalue()[out.getvalue().index("{"):])
-    # the draft's slots are read from the free pages, not allocated (no alloc_extend_kernel), inside
-    # the assignment's launch (no _tree_alloc_kernel)
-    assert rows["ours page 16"]["launches"] == {"_assign_tree_draft_slots_kernel": 1, "_duplicate_kv_kernel": 1}
-    assert rows["ours page 16"]["ops"]["empty"] == 3  # the layout's three outputs: no slot tensor
-    assert rows["sglang page 1"]["triton_launches"] == 1 and rows["sglang page 16"]["triton_launches"] >= 4
-    assert 0 < rows["sglang page 1"]["torch_ops"] < rows["sglang page 16"]["torch_ops"]
-    assert 0 < rows["ours page 16"]["torch_ops"] < rows["sglang page 16"]["torch_ops"]

@@ -1,17 +1,8 @@
-"""CPU test of scripts/reproducibility_report.py on synthetic recordings."""
+"""CPU test of sglang_eagle_paged/bench/reproducibility.py on synthetic recordings."""
 
-import importlib.util
 import json
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproducibility_report.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("reproducibility_report", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from sglang_eagle_paged.bench import reproducibility as mod
 
 
 def _rec(outputs, acc=2.0, error=None):
@@ -19,7 +10,6 @@ def _rec(outputs, acc=2.0, error=None):
 
 
 def test_rows_count_identical_outputs_per_pair_of_recordings():
-    mod = _load()
     a = {"x": _rec({"1/1": "same", "2/1": "one", "2/2": "later"}), "gone": _rec({"1/1": "a"})}
     b = {"x": _rec({"1/1": "same", "2/1": "two", "2/2": "later"}, acc=2.5)}
     c = {"x": _rec({"1/1": "same", "2/1": "one", "2/2": "later"}), "gone": _rec({}, error="not measured")}
@@ -31,7 +21,6 @@ def test_rows_count_identical_outputs_per_pair_of_recordings():
 
 
 def test_main_prints_a_markdown_table(tmp_path, capsys):
-    mod = _load()
     paths = []
     for i, text in enumerate(("p", "q")):
         p = tmp_path / f"r{i}.json"

@@ -1,8 +1,8 @@
 """The launch path that skips Triton's per-call binding (kernels/launch.py), on a stand-in kernel.
 
 The interpreter has no compiled variants, so a stand-in for ``JITFunction`` records what goes
-through Triton and what goes straight to a variant's launcher. On the GPU, ``doctor`` and
-``scripts/bench_launch.py`` check that the launcher writes what Triton's launch writes.
+through Triton and what goes straight to a variant's launcher. On the GPU, ``doctor`` checks
+that the launcher writes what Triton's launch writes.
 """
 
 import pytest

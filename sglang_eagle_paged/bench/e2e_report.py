@@ -1,12 +1,12 @@
 """Markdown table of an end-to-end run (tests/gpu or bench.e2e) with page-1 ratios and agreement.
 
-  python scripts/e2e_report.py bench/results/<run>/testbed/e2e.json > e2e.md
+  python -m sglang_eagle_paged.bench.e2e_report bench/results/<run>/testbed/e2e.json > e2e.md
 
 Each row's page-1 baseline and built-in counterpart are the runs with the same
 algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 """
 
-import sys
+import argparse
 
 from sglang_eagle_paged.bench import triton_cache
 from sglang_eagle_paged.bench.e2e import load_recording, run_agreement
@@ -57,4 +57,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recording", help="e2e.json or e2e.json.gz of one run")
+    main(ap.parse_args().recording)

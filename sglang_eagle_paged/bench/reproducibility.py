@@ -1,6 +1,6 @@
 """How well each configuration reproduces itself across end-to-end recordings.
 
-  python scripts/reproducibility_report.py run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
+  python -m sglang_eagle_paged.bench.reproducibility run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
 
 For every configuration measured in all the recordings: its acceptance in each,
 and how many outputs of each pair of recordings are identical (same prompts,
@@ -9,7 +9,7 @@ one recording; this is the yardstick for them: a configuration that does not
 reproduce its own outputs across runs cannot be expected to reproduce another's.
 """
 
-import sys
+import argparse
 from itertools import combinations
 
 from sglang_eagle_paged.bench.e2e import agreement, load_recording
@@ -49,4 +49,6 @@ def main(paths: list) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recordings", nargs="+", help="e2e.json or e2e.json.gz files, two or more")
+    main(ap.parse_args().recordings)

@@ -9,7 +9,7 @@ the Python/Triton launch cost, not the GPU, bounds back-to-back calls:
   wall:   back-to-back calls with the GPU drained before and after;
   host:   time to enqueue one call on an idle GPU.
 
-  python scripts/bench_kernels.py --out bench/results/kernels
+  python -m sglang_eagle_paged.bench.kernels --out bench/results/kernels
 """
 
 import argparse
@@ -649,8 +649,8 @@ def plot(res, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench_kernels")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="bench_kernels", help="folder for kernels.json, kernels.md and kernels.png")
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

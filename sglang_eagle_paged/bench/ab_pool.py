@@ -1,6 +1,6 @@
 """Pool paired A/B recordings (``bench.ab``'s ab.json) of the same pairs across calls or runs.
 
-  python scripts/ab_pool.py run10/ab_testbed/ab.json run11/ab_testbed_p64/ab.json ... [--json OUT]
+  python -m sglang_eagle_paged.bench.ab_pool run10/ab_testbed/ab.json run11/ab_testbed_p64/ab.json ... [--json OUT]
 
 One device call fits about 12 ABBA rounds, and the per-round ratios of a host-bound pair
 spread by +-15%, so one call cannot resolve a few percent. Here the per-round ratios of
@@ -30,9 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sglang_eagle_paged.bench.ab import ratio_stats, t95  # noqa: E402
+from sglang_eagle_paged.bench.ab import ratio_stats, t95
 
 
 def pair_rounds(paths: list) -> dict:
