@@ -20,10 +20,9 @@ mode ``off`` installs no hook at all.
 
 import logging
 
-from ...kernels import duplicate_kv_pairs
+from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
 from . import backends, pools
-from .pairs import tail_pairs
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -48,8 +47,7 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     table = pools.copy_table(token_to_kv_pool)
     if table is None:
         return False
-    tgt, src = tail_pairs(rows, prefix_base, last_page, num_new_pages, topk, page_size)
-    duplicate_kv_pairs(table, tgt, src)
+    duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 
