@@ -206,19 +206,6 @@ def bench_copy(shapes, layer_counts, heads, head_dim, slots, gen):
     return rows
 
 
-def v2_draft_args(bs, page, topk, steps, gen):
-    """What SGLang 0.5.13+'s paged ``prepare_for_draft`` hands its prefix-tail duplication, for
-    random lengths (page-aligned ones included): ``rows`` of distinct slots (slot 0 left as the
-    pool's padding slot), ``prefix_base``, ``last_page``, ``num_new_pages``; and the slots used."""
-    seq = torch.randint(1, 2 * page + 1, (bs,), generator=gen)
-    last = seq % page
-    base = seq - last
-    pages = (last + steps + page - 1) // page
-    width = int((base + topk * pages * page).max())
-    rows = (torch.arange(bs * width, dtype=torch.int32) + 1).view(bs, width)
-    return [t.to(DEV) for t in (rows, base, last, pages)], -(-(bs * width + 1) // page) * page
-
-
 def sglang_v2_duplicate():
     """SGLang's own ``duplicate_prefix_tail_to_draft_branches`` where this SGLang has one (0.5.13+), else None."""
     try:
@@ -236,12 +223,15 @@ def bench_v2_duplicate(shapes, layer_counts, heads, head_dim, gen):
 
     from sglang_eagle_paged.kernels import KVBufferTable, duplicate_kv_pairs
     from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail, tail_pairs
+    from sglang_eagle_paged.tools.v2_harness import dense_rows, draft_args
 
     upstream = sglang_v2_duplicate()
     rows_out = []
     for layers in layer_counts:
         for bs, page, topk, steps in shapes:
-            (rows, base, last, pages), slots = v2_draft_args(bs, page, topk, steps, gen)
+            seq = torch.randint(1, 2 * page + 1, (bs,), generator=gen).tolist()  # page-aligned ones included
+            rows, slots = dense_rows(seq, page, topk, steps, DEV)
+            base, last, pages = draft_args(seq, page, steps, DEV)
             pool = MHATokenToKVPool(slots, page, torch.bfloat16, heads, head_dim, layers, DEV, False,
                                     enable_kv_cache_copy=True)
             table = KVBufferTable.from_buffers(pool.k_buffer + pool.v_buffer)

@@ -118,6 +118,17 @@ def duplicate_case(bs, page, topk, steps):
     return lambda: duplicate_kv_pairs(table, layout.tgt_loc, layout.src_loc) or buffers
 
 
+def v2_duplicate_case(bs, page, topk, steps):
+    from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail
+    from sglang_eagle_paged.tools.v2_harness import dense_rows, draft_args
+
+    seq = torch.randint(1, 2 * page + 1, (bs,), generator=torch.Generator().manual_seed(bs)).tolist()
+    rows, slots = dense_rows(seq, page, topk, steps, DEV)
+    args = draft_args(seq, page, steps, DEV)
+    buffers, table = _pool(1, slots=slots)  # kept alive by the closure, as above
+    return lambda: duplicate_prefix_tail(table, rows, *args, topk, page) or buffers
+
+
 def move_case(bs, page, topk, steps):
     from sglang_eagle_paged.kernels.move_rows import move_kv_rows
 
@@ -156,6 +167,7 @@ def fa3_replay_case(bs, page, topk, steps):
 
 
 CASES = {"assign (free pages)": assign_case, "duplicate (1 layer)": duplicate_case,
+         "v2 prefix-tail duplicate (1 layer)": v2_duplicate_case,
          "FA3 replay metadata (all steps)": fa3_replay_case, "verify bookkeeping": bookkeeping_case,
          "post-verify move (32 layers)": move_case}
 
