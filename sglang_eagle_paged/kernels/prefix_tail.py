@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .duplicate import _TL_TYPES, KVBufferTable
+from .duplicate import KVBufferTable
 from .launch import launch
 from .reference import duplicate_kv_pairs_ref
 
@@ -99,8 +99,7 @@ def duplicate_prefix_tail(table: KVBufferTable, rows: torch.Tensor, prefix_base:
     launch(_duplicate_prefix_tail_kernel, grid,
            (table.ptrs, table.row_elems, rows, rows.stride(0), rows.shape[1], prefix_base, prefix_base.stride(0),
             last_page, last_page.stride(0), num_new_pages, num_new_pages.stride(0), topk, page_size, blocks),
-           dict(ELEM=_TL_TYPES[table.elem_bytes], ROW_ELEMS_MAX=table.row_elems_max, BLOCK_P=table.block_p,
-                BLOCK_E=table.block_e), num_warps=4)
+           table.constexprs(), num_warps=4)
 
 
 def compile_prefix_tail(table: KVBufferTable, slot_dtype: torch.dtype, index_dtype: torch.dtype = torch.int64) -> None:
