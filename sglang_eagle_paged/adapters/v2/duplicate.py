@@ -3,10 +3,10 @@
 
 SGLang's own function (0.5.13 .. 0.5.23) selects the live pairs with two boolean-mask
 indexings (two host syncs per draft step) and copies them through the pool's
-``move_kv_cache`` in ceil(N/256) launches whose Triton variant depends on N. Here the pairs
-go into fixed-capacity buffers with -1 where there is nothing to copy (:mod:`.pairs`) and one
-launch of :func:`~sglang_eagle_paged.kernels.duplicate_kv_pairs` copies them, whose pair
-count is a runtime argument: the same compiled variant for every batch.
+``move_kv_cache`` in ceil(N/256) launches whose Triton variant depends on N. Here one launch
+of :func:`~sglang_eagle_paged.kernels.prefix_tail.duplicate_prefix_tail` finds the pairs and
+copies them, with no torch op before it; batch size, topk and page size are runtime arguments:
+the same compiled variant for every batch.
 
 Copy only where it is read: the server's draft decode backend decides, once per process
 (:mod:`.backends`): fa3 reads the copied slots, flashinfer and triton provably never do, so for
