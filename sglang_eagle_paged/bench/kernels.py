@@ -15,6 +15,7 @@ the Python/Triton launch cost, not the GPU, bounds back-to-back calls:
 import argparse
 import json
 import os
+import pkgutil
 import platform
 import time
 import warnings
@@ -203,6 +204,50 @@ def bench_copy(shapes, layer_counts, heads, head_dim, slots, gen):
             print(json.dumps(row), flush=True)
         pool = table = None  # free these buffers before the next layer count's pool (a del here reads as undefined to pyflakes)
     return rows
+
+
+def sglang_v2_duplicate():
+    """SGLang's own ``duplicate_prefix_tail_to_draft_branches`` where this SGLang has one (0.5.13+), else None."""
+    try:
+        from sglang_eagle_paged.adapters.v2 import hook_points
+
+        return pkgutil.resolve_name(hook_points.home_for(hook_points.installed_version()).target)
+    except Exception:  # noqa: BLE001 - a v1 release: no v2 worker, nothing of SGLang's to compare
+        return None
+
+
+def bench_v2_duplicate(shapes, layer_counts, heads, head_dim, gen):
+    """The v2 draft's prefix-tail duplication: ours (one launch that finds the pairs itself), ours before
+    (torch builds the pair buffers, then the pair-copy launch) and SGLang's own function, same pool."""
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+    from sglang_eagle_paged.kernels import KVBufferTable, duplicate_kv_pairs
+    from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail, tail_pairs
+    from sglang_eagle_paged.tools.v2_harness import dense_rows, draft_args
+
+    upstream = sglang_v2_duplicate()
+    rows_out = []
+    for layers in layer_counts:
+        for bs, page, topk, steps in shapes:
+            seq = torch.randint(1, 2 * page + 1, (bs,), generator=gen).tolist()  # page-aligned ones included
+            rows, slots = dense_rows(seq, page, topk, steps, DEV)
+            base, last, pages = draft_args(seq, page, steps, DEV)
+            pool = MHATokenToKVPool(slots, page, torch.bfloat16, heads, head_dim, layers, DEV, False,
+                                    enable_kv_cache_copy=True)
+            table = KVBufferTable.from_buffers(pool.k_buffer + pool.v_buffer)
+            args = (rows, base, last, pages, topk, page)
+            impls = [("ours", lambda: duplicate_prefix_tail(table, *args)),
+                     ("ours_torch_pairs", lambda: duplicate_kv_pairs(table, *tail_pairs(*args)))]
+            if upstream is not None:
+                impls.append(("upstream", lambda: upstream(pool, *args)))
+            row = dict(layers=layers, bs=bs, page=page, topk=topk, steps=steps,
+                       pairs=int(last.sum()) * (topk - 1))
+            for name, fn in impls:
+                row.update(prefixed(name, measure(fn, f"v2 dup L{layers} bs{bs} p{page} k{topk} {name}")))
+            rows_out.append(row)
+            print(json.dumps(row), flush=True)
+            pool = table = None  # free before the next shape's pool
+    return rows_out
 
 
 def bench_verify_move(shapes, layers, heads, head_dim, slots, gen):
@@ -572,6 +617,14 @@ def markdown(res) -> str:
         for p, name in (("upstream", "SGLang"), ("ours", "ours")):
             out.append(f"| {r['bs']} | {r['page']} | {r['topk']} | {name} | {timing_cells(r, p)} | {r[f'{p}_syncs']} |")
     out += _impl_table(
+        res.get("v2_duplicate"), "v2 prefix-tail duplication (`duplicate_prefix_tail_to_draft_branches`)",
+        "The v2 draft step's copy of each prefix's partial last page into every branch, same pool and inputs: "
+        "ours, one launch that finds the pairs itself; ours before, torch ops building the pair buffers then one "
+        "pair-copy launch; SGLang's own function (0.5.13+ only), whose boolean masks sync.",
+        ("layers", "bs", "page", "topk", "steps", "pairs"),
+        (("ours", "ours (one launch)"), ("ours_torch_pairs", "ours before (torch pairs + launch)"),
+         ("upstream", "SGLang")), [])
+    out += _impl_table(
         res.get("fa3_expand"), "FA3 tree-draft expand metadata (eager draft steps; alone: `SGLANG_EAGLE_PAGED_FA3_EXPAND=1`)",
         "SGLang's `draft_decode_set_expand_metadata` (torch.compile, dynamic) vs our one Triton launch, "
         "same inputs; first call includes compilation.",
@@ -666,6 +719,7 @@ def main():
         a_bs, p_shapes = [2], [(2, 16, 4)]
         x_shapes = [(2, 4, 3, 16)]
         v_shapes, v_layers = [(3, 8, 2)], 2
+        d_shapes = [(2, 16, 4, 3)]
         r_shapes = [(2, 4, 3, 16)]
         b_shapes = [(3, 8, 16)]
     else:
@@ -678,6 +732,8 @@ def main():
         x_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (48, 8, 5, 64), (48, 8, 5, 128), (32, 4, 3, 16)]
         # (bs, draft tokens, mean accepted): Llama-3-8B's 32 layers of 8 x 128 bf16
         v_shapes, v_layers = [(1, 64, 2), (16, 64, 2), (16, 64, 4), (48, 64, 4), (48, 64, 6)], 32
+        # (bs, page, topk, steps): the v2 draft's duplication at batch 1-64, pages 16-256
+        d_shapes = [(1, 64, 8, 5), (8, 64, 8, 5), (64, 64, 8, 5), (8, 128, 8, 5), (16, 16, 4, 3), (64, 256, 10, 5)]
         r_shapes = [(1, 8, 5, 64), (16, 8, 5, 64), (32, 8, 5, 64), (16, 8, 5, 128), (16, 4, 3, 16)]
         b_shapes = [(1, 64, 64), (16, 64, 64), (48, 64, 64), (16, 64, 128), (16, 32, 16)]
     res = dict(device=torch.cuda.get_device_name() if DEV == "cuda" else "cpu (Triton interpreter)",
@@ -686,6 +742,7 @@ def main():
                d2d_GBps=d2d_bandwidth(), launch_us=launch_overhead_us())
     res.update(prefixed("empty_triton", measure(empty_triton_launch(), "empty triton kernel")))
     res["copy"] = bench_copy(shapes, layers, heads, hd, slots, gen)
+    res["v2_duplicate"] = bench_v2_duplicate(d_shapes, layers, heads, hd, gen)
     res["assign"] = bench_assign(a_bs, 64, 8, 5, gen)
     res["preprocess"] = bench_preprocess(p_shapes, 5, gen)
     try:

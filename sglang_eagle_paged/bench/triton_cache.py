@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 OUR_KERNELS = ("_tree_extension_kernel", "_assign_tree_draft_slots_kernel",
-               "_duplicate_kv_kernel", "_move_rows_kernel", "_src_to_free_kernel",
+               "_duplicate_kv_kernel", "_duplicate_prefix_tail_kernel", "_move_rows_kernel", "_src_to_free_kernel",
                "_draft_decode_metadata_all_steps_kernel", "_draft_decode_metadata_kernel",
                "_expand_draft_page_table_kernel", "_split_verify_slots_kernel")
 # Kernels whose compiled variants are counted: ours, and SGLang's built-in ones that take

@@ -5,6 +5,8 @@
   allocator's output or (``assign_tree_draft_slots_from_free_pages``) straight from
   its free pages.
 - :mod:`.duplicate` copies every pair for every K/V buffer of a pool in one launch.
+- :mod:`.prefix_tail` the v2 worker's prefix-tail duplication: finds its pairs from the draft's
+  rows and page geometry and copies them, in one launch; with its torch reference.
 - :mod:`.reference` the same two operations in plain torch, for the tests.
 - :mod:`.expand_metadata` FA3's tree-draft "expand" metadata, in one launch.
 - :mod:`.draft_decode_metadata` all of one FA3 draft step's replay metadata

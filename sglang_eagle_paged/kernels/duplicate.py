@@ -74,6 +74,11 @@ class KVBufferTable:
     def __post_init__(self):
         self.block_p, self.block_e = _block_sizes(self.row_elems_max)
 
+    def constexprs(self) -> dict:
+        """What a row-copying kernel over this table is compiled for: lane type, widest row, launch shape."""
+        return dict(ELEM=_TL_TYPES[self.elem_bytes], ROW_ELEMS_MAX=self.row_elems_max, BLOCK_P=self.block_p,
+                    BLOCK_E=self.block_e)
+
     @classmethod
     def from_buffers(cls, buffers: Sequence[torch.Tensor]) -> "KVBufferTable":
         if not buffers:
@@ -119,8 +124,6 @@ def duplicate_kv_pairs(table: KVBufferTable, tgt_loc: torch.Tensor, src_loc: tor
     n = tgt_loc.numel()
     if n == 0:
         return
-    block_p, block_e = table.block_p, table.block_e
-    grid = (triton.cdiv(n, block_p), len(table.keys))
-    launch(_duplicate_kv_kernel, grid, (table.ptrs, table.row_elems, src_loc, tgt_loc, n),
-           dict(ELEM=_TL_TYPES[table.elem_bytes], ROW_ELEMS_MAX=table.row_elems_max, BLOCK_P=block_p,
-                BLOCK_E=block_e), num_warps=4)
+    grid = (triton.cdiv(n, table.block_p), len(table.keys))
+    launch(_duplicate_kv_kernel, grid, (table.ptrs, table.row_elems, src_loc, tgt_loc, n), table.constexprs(),
+           num_warps=4)

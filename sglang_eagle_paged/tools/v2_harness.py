@@ -84,6 +84,18 @@ def draft_args(seq_lens, page_size, steps, device="cpu"):
     return prefix_base, last_page, num_new_pages
 
 
+def dense_rows(seq_lens, page_size, topk, steps, device="cpu"):
+    """``(rows, slots)`` without an allocator (the benchmarks): request r's row holds distinct slots,
+    every branch's pages included, and ``slots`` (a page multiple) covers them; slot 0 stays the pool's
+    padding slot."""
+    import torch
+
+    prefix_base, _, num_new_pages = draft_args(seq_lens, page_size, steps)
+    width = int((prefix_base + topk * num_new_pages * page_size).max())
+    rows = (torch.arange(len(seq_lens) * width, dtype=torch.int32, device=device) + 1).view(len(seq_lens), width)
+    return rows, -(-(rows.numel() + 1) // page_size) * page_size
+
+
 def prepare_for_draft(pool, rows, seq_lens, page_size, topk, steps):
     """SGLang 0.5.23's own ``prepare_for_draft`` on ``pool`` and ``rows``, through its paged branch
     (the slots it gathers, and the prefix-tail duplication it calls by its module global, hooked

@@ -89,6 +89,20 @@ def test_markdown_has_device_wall_and_host_columns(bk):
     assert "from the free pages" not in bk.markdown(old)
 
 
+def test_markdown_has_the_v2_duplication_rows(bk):
+    res = fake_result(bk)
+    row = dict(layers=1, bs=8, page=64, topk=8, steps=5, pairs=231)
+    for p, t in (("ours", times(3.1, 12.5, 11.2)), ("ours_torch_pairs", times(30.2, 150.1, 149.3)),
+                 ("upstream", times(None, 610.4, 600.2, "syncs"))):
+        row.update(bk.prefixed(p, t))
+    res["v2_duplicate"] = [row]
+    md = bk.markdown(res)
+    assert "| 1 | 8 | 64 | 8 | 5 | 231 | ours (one launch) | 3.1 | 12.5 | 11.2 |" in md
+    assert "| 1 | 8 | 64 | 8 | 5 | 231 | ours before (torch pairs + launch) | 30.2 | 150.1 | 149.3 |" in md
+    assert "| 1 | 8 | 64 | 8 | 5 | 231 | SGLang | n/a (syncs) | 610.4 | 600.2 |" in md
+    assert "v2 prefix-tail duplication" not in bk.markdown(fake_result(bk))  # results from before it still render
+
+
 def test_plot_uses_device_time_where_measured(bk, tmp_path):
     pytest.importorskip("matplotlib")
     res = fake_result(bk)
@@ -118,4 +132,10 @@ def test_tiny_sweep_runs_on_cpu(tmp_path):
     assert v["pairs"] > 0 and v["ours_wall_us"] > 0 and v["upstream_wall_us"] > 0
     # FA3's replay metadata for all draft steps: ours wrote SGLang's tables
     assert res["fa3_replay"][0]["identical"] is True and res["fa3_replay"][0]["upstream_p1_wall_us"] > 0
+    # the v2 duplication: ours in one launch, ours before (torch pairs), SGLang's own where it has one (0.5.13+)
+    from packaging.version import Version
+
+    d = res["v2_duplicate"][0]
+    assert d["pairs"] > 0 and d["ours_wall_us"] > 0 and d["ours_torch_pairs_wall_us"] > 0
+    assert ("upstream_wall_us" in d) == (Version(res["versions"]["sglang"]) >= Version("0.5.13")), d
 

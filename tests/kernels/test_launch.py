@@ -149,12 +149,13 @@ def test_every_serving_kernel_can_take_the_direct_path():
     from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel
     from sglang_eagle_paged.kernels.expand_metadata import _expand_draft_page_table_kernel
     from sglang_eagle_paged.kernels.move_rows import _move_rows_kernel
+    from sglang_eagle_paged.kernels.prefix_tail import _duplicate_prefix_tail_kernel
     from sglang_eagle_paged.kernels.tree_extension import _tree_extension_kernel
     from sglang_eagle_paged.kernels.verify_bookkeeping import _src_to_free_kernel
 
     for k in (_assign_tree_draft_slots_kernel, _duplicate_kv_kernel, _move_rows_kernel, _src_to_free_kernel,
               _draft_decode_metadata_all_steps_kernel, _draft_decode_metadata_kernel,
-              _expand_draft_page_table_kernel, _tree_extension_kernel):
+              _expand_draft_page_table_kernel, _tree_extension_kernel, _duplicate_prefix_tail_kernel):
         opts = k.kwargs  # the interpreter keeps triton.jit's options here
         exempt = set(opts["do_not_specialize"] or []) | set(opts["do_not_specialize_on_alignment"] or [])
         runtime = {p.name for p in inspect.signature(k.fn).parameters.values() if "constexpr" not in str(p.annotation)}

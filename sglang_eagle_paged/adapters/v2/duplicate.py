@@ -3,10 +3,10 @@
 
 SGLang's own function (0.5.13 .. 0.5.23) selects the live pairs with two boolean-mask
 indexings (two host syncs per draft step) and copies them through the pool's
-``move_kv_cache`` in ceil(N/256) launches whose Triton variant depends on N. Here the pairs
-go into fixed-capacity buffers with -1 where there is nothing to copy (:mod:`.pairs`) and one
-launch of :func:`~sglang_eagle_paged.kernels.duplicate_kv_pairs` copies them, whose pair
-count is a runtime argument: the same compiled variant for every batch.
+``move_kv_cache`` in ceil(N/256) launches whose Triton variant depends on N. Here one launch
+of :func:`~sglang_eagle_paged.kernels.prefix_tail.duplicate_prefix_tail` finds the pairs and
+copies them, with no torch op before it; batch size, topk and page size are runtime arguments:
+the same compiled variant for every batch.
 
 Copy only where it is read: the server's draft decode backend decides, once per process
 (:mod:`.backends`): fa3 reads the copied slots, flashinfer and triton provably never do, so for
@@ -20,10 +20,9 @@ mode ``off`` installs no hook at all.
 
 import logging
 
-from ...kernels import duplicate_kv_pairs
+from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
 from . import backends, pools
-from .pairs import tail_pairs
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -48,8 +47,7 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     table = pools.copy_table(token_to_kv_pool)
     if table is None:
         return False
-    tgt, src = tail_pairs(rows, prefix_base, last_page, num_new_pages, topk, page_size)
-    duplicate_kv_pairs(table, tgt, src)
+    duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 

@@ -1,18 +1,17 @@
 """Compile our duplication kernel when the draft worker's pool exists, not on the first draft.
 
 The kernel's compiled variant depends only on the pool's buffer table (its constexprs) and the
-slot dtype (``req_to_token``'s): the pair count is a runtime argument that Triton does not
-specialise on, so topk, steps and batch size change the grid, never the variant. One launch
-over sentinel-only pairs (which copy nothing) therefore compiles everything serving launches.
+slot dtype (``req_to_token``'s): batch size, topk and page size are runtime arguments that Triton
+does not specialise on, so they change the grid, never the variant. One launch whose every
+prefix tail is empty (it copies nothing) therefore compiles everything serving launches.
 """
 
 import logging
 
 import torch
 
-from ...kernels import duplicate_kv_pairs
+from ...kernels.prefix_tail import compile_prefix_tail
 from . import move_warm_up, pools
-from .pairs import SENTINEL, pair_capacity
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -31,8 +30,7 @@ def warm_up_pool(pool, topk: int, page_size: int, slot_dtype: torch.dtype) -> bo
     key = (table.keys, slot_dtype)
     if done is not None and key in done:
         return True
-    dead = torch.full((pair_capacity(1, topk, page_size),), SENTINEL, dtype=slot_dtype, device=table.ptrs.device)
-    duplicate_kv_pairs(table, dead, dead)
+    compile_prefix_tail(table, slot_dtype)
     try:
         setattr(pool, _WARM_ATTR, (done or frozenset()) | {key})
     except AttributeError:

@@ -78,4 +78,4 @@ def test_prepare_for_draft_calls_ours():
     assert r["out_cache_loc"], r  # the paged branch ran ...
     assert r["calls"] == 1, r     # ... and called our replacement, once
     assert r["same"] and r["changed"], r
-    assert r["launches"].count("_duplicate_kv_kernel") == 1, r
+    assert r["launches"].count("_duplicate_prefix_tail_kernel") == 1, r

@@ -1,7 +1,9 @@
 """The sync-free duplication equals SGLang 0.5.23's own, byte for byte, on its real pool:
-0 host reads, one launch, one compiled variant for every pair count."""
+0 host reads, no torch op, one launch, one compiled variant for every batch."""
 
+import importlib.util
 import random
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +16,28 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from sglang_eagle_paged.adapters.v2 import duplicate, pools  # noqa: E402
-from sglang_eagle_paged.adapters.v2.pairs import pair_capacity, tail_pairs, tail_pairs_reference  # noqa: E402
-from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel  # noqa: E402
+from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
+from sglang_eagle_paged.kernels.prefix_tail import (  # noqa: E402
+    _duplicate_prefix_tail_kernel, duplicate_prefix_tail_reference, tail_pair_capacity, tail_pairs,
+    tail_pairs_reference)
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
 SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
 OURS = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "these tests compare copies"))
+KERNEL = "_duplicate_prefix_tail_kernel"
+
+
+def _count_ops():
+    """scripts/count_preprocess_ops.py's counter: torch ops dispatched outside Triton launches, and the launches."""
+    path = Path(__file__).resolve().parents[3] / "scripts" / "count_preprocess_ops.py"
+    spec = importlib.util.spec_from_file_location("count_preprocess_ops", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.count
+
+
+count_ops = _count_ops()
 
 
 def run_both(pool, rows, seq_lens, page, topk, steps):
@@ -62,13 +79,13 @@ def test_reference_design_worked_example():
     for t in tgt[live].tolist():
         assert torch.equal(k[t].view(torch.uint8), k[8 + (t - 16) % 8].view(torch.uint8)), t  # every branch's hole holds the prefix tail
     assert not torch.equal(start[0].view(torch.uint8), ours[0].view(torch.uint8))  # the copy did change the pool
-    assert reads == [] and launches == ["_duplicate_kv_kernel"]
+    assert reads == [] and launches == [KERNEL]
 
 
 def _cases():
     # Kept small for the interpreter: SGLang's own copy runs there too, tile by tile.
     rng = random.Random(2026)
-    shapes = [(2, 64), (4, 20), (16, 9), (64, 3), (256, 1), (8, 5)]
+    shapes = [(2, 64), (4, 20), (16, 9), (64, 3), (128, 2), (256, 1), (8, 5)]
     out = []
     for i, (page, bs) in enumerate(shapes):
         topk = rng.randint(2, 10) if page <= 16 else rng.randint(2, 4)
@@ -93,12 +110,16 @@ def test_random_batches_equal_sglang(page, topk, steps, seq, tight):
     start, theirs, ours, reads, launches = run_both(pool, rows, seq, page, topk, steps)
     assert_same(theirs, ours)
     assert reads == [], reads
-    assert launches == ["_duplicate_kv_kernel"]
+    assert launches == [KERNEL]
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
+    support.restore(pool, start)
+    duplicate_prefix_tail_reference(list(pool.k_buffer) + list(pool.v_buffer), rows, prefix_base, last_page, nnp,
+                                     topk, page)
+    assert_same(theirs, support.snapshot(pool))  # the kernel tests' torch reference is SGLang's copy too
     tgt, src = tail_pairs(rows, prefix_base, last_page, nnp, topk, page)
     ref_tgt, ref_src = tail_pairs_reference(rows, prefix_base, last_page, nnp, topk, page)
     live = tgt >= 0
-    assert tgt.numel() == pair_capacity(len(seq), topk, page)
+    assert tgt.numel() == tail_pair_capacity(len(seq), topk, page)
     assert tgt[live].tolist() == ref_tgt and src[live].tolist() == ref_src
     assert torch.equal(live, src >= 0)
     if ref_tgt:
@@ -128,12 +149,37 @@ def test_sglang_launches_grow_with_pairs_ours_do_not():
     assert len(theirs) >= 1323 // 256 and len(ours) == 1
 
 
+def test_the_duplication_is_one_launch_and_no_torch_op():
+    """The whole v2 duplication: nothing dispatched to torch, one Triton launch (on a GPU: one kernel).
+    The pool's buffer table is built once per pool (the warm-up does it at start-up), so the count
+    starts at a pool already seen, as every draft step after the first does."""
+    page, topk, steps, seq = 16, 4, 5, [17, 1, 32, 30]
+    pool, rows = support.layout_rows(seq, page, topk, steps, seed=12)
+    args = support.draft_args(seq, page, steps)
+    assert pools.copy_table(pool) is not None
+    c = count_ops(lambda: OURS(SGLANG_FN, pool, rows, *args, topk, page))
+    assert dict(c.ops) == {} and dict(c.launches) == {KERNEL: 1}, (c.ops, c.launches)
+
+
+def test_the_op_counter_sees_a_torch_pair_build():
+    """The count above can fail: the torch pair build this replaced (the reference's pairs, then the
+    pair-copy kernel) dispatches torch ops before its launch, as SGLang's own function does."""
+    page, topk, steps, seq = 16, 4, 5, [17, 1, 32, 30]
+    pool, rows = support.layout_rows(seq, page, topk, steps, seed=12)
+    args = support.draft_args(seq, page, steps)
+    table = pools.copy_table(pool)
+    torch_built = count_ops(lambda: duplicate_kv_pairs(table, *tail_pairs(rows, *args, topk, page)))
+    assert sum(torch_built.ops.values()) > 0 and dict(torch_built.launches) == {"_duplicate_kv_kernel": 1}
+    theirs = count_ops(lambda: SGLANG_FN(pool, rows, *args, topk, page))
+    assert sum(theirs.ops.values()) > 0 and theirs.ops["gather"] == 2
+
+
 @pytest.mark.parametrize("slot_dtype", [torch.int32, torch.int64])
-def test_one_variant_for_every_pair_count(slot_dtype):
+def test_one_variant_for_every_batch(slot_dtype):
     page, topk, steps = 8, 4, 3
     pool = None
     batches = [[1], [7, 7, 7], [8, 16], [3, 5, 6, 2, 1, 7, 7, 7, 9]]
-    with capture_specializations(_duplicate_kv_kernel) as specs:
+    with capture_specializations(_duplicate_prefix_tail_kernel) as specs:
         for i, seq in enumerate(batches):
             p, rows = support.layout_rows(seq, page, topk, steps, seed=i)
             if pool is None:
@@ -152,7 +198,7 @@ def test_int64_rows_equal_sglang():
     support.fill_random(pool, 9)
     start, theirs, ours, reads, launches = run_both(pool, rows.to(torch.int64), seq, page, topk, steps)
     assert_same(theirs, ours)
-    assert reads == [] and launches == ["_duplicate_kv_kernel"]
+    assert reads == [] and launches == [KERNEL]
 
 
 def test_fake_mode_changes_no_kv():

@@ -11,7 +11,7 @@ import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from sglang_eagle_paged.adapters.v2 import duplicate, warm_up  # noqa: E402
-from sglang_eagle_paged.kernels.duplicate import _duplicate_kv_kernel  # noqa: E402
+from sglang_eagle_paged.kernels.prefix_tail import _duplicate_prefix_tail_kernel  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -27,14 +27,14 @@ def test_no_new_specialisation_after_warm_up():
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows0)))
     support.fill_random(pool, 1)
     start = support.snapshot(pool)
-    with capture_specializations(_duplicate_kv_kernel) as warm:
+    with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
         assert warm_up.after_hook("result", worker) == "result"
         warm_up.after_hook(None, worker)  # a second call (alloc_memory_pool after __init__) compiles nothing more
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
     hook = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))
-    with capture_specializations(_duplicate_kv_kernel) as serving:
+    with capture_specializations(_duplicate_prefix_tail_kernel) as serving:
         for (_, rows), seq in zip(layouts, batches):
             rows = rows.clamp_max(pool.size)
             hook(None, pool, rows, *support.draft_args(seq, page, steps), topk, page)
@@ -46,9 +46,9 @@ def test_slot_dtype_of_the_rows_is_warmed():
     pool, rows = support.layout_rows([5], 8, 3, 2, seed=2)
     worker = SimpleNamespace(topk=3, draft_runner=SimpleNamespace(
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows.to(torch.int64))))
-    with capture_specializations(_duplicate_kv_kernel) as warm64:
+    with capture_specializations(_duplicate_prefix_tail_kernel) as warm64:
         warm_up.warm_up_worker(worker)
-    with capture_specializations(_duplicate_kv_kernel) as serve32:
+    with capture_specializations(_duplicate_prefix_tail_kernel) as serve32:
         duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
     assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
 
