@@ -21,6 +21,9 @@ from sglang_eagle_paged.bench.server import (
 from sglang_eagle_paged import settings
 
 
+WEIGHTS = "model.safetensors"
+
+
 def testbed_path(name: str) -> Path:
     from importlib.resources import files
 
@@ -110,8 +113,10 @@ def run(args) -> int:
     target = Path(args.model_path) if args.model_path else testbed_path("target")
     draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path("draft")
     # Only the embedded pair is checked: a user path may be a hub id that SGLang resolves itself.
-    missing = [str(p) for given, p in ((args.model_path, target), (args.speculative_draft_model_path, draft))
-               if not given and not p.exists()]
+    # Its weights live in a checkout only (the wheel leaves them out: pyproject.toml).
+    missing = [str(p / WEIGHTS) for given, p in ((args.model_path, target),
+                                                 (args.speculative_draft_model_path, draft))
+               if not given and not (p / WEIGHTS).is_file()]
     backend = pick_attention_backend() if args.attention_backend == "auto" else args.attention_backend
     mode = args.mode or settings.current().mode.value
     server_args = eagle_server_args(
@@ -127,9 +132,9 @@ def run(args) -> int:
     if args.dry_run:
         print(f"SGLANG_EAGLE_PAGED={mode} {shlex.join(cmd)}")
     if missing:
-        print("embedded default model pair not found: " + ", ".join(missing)
-              + "\npass --model-path and --speculative-draft-model-path for your own target/draft pair",
-              file=sys.stderr)
+        print(f"serve-default: the embedded model pair's weights are not installed ({', '.join(missing)}): the "
+              "wheel leaves them out; run from a checkout of sglang-eagle-paged (pip install -e .), or pass "
+              "--model-path and --speculative-draft-model-path", file=sys.stderr)
         return 2
     from ..settings import ALLOW_TRITON as ALLOW_TRITON_ENV
     from ..settings import current as current_settings
