@@ -528,7 +528,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--max-total-tokens", type=int, help="SGLang's --max-total-tokens")
     s.add_argument("--mem-fraction-static", type=float, help="SGLang's --mem-fraction-static")
     s.add_argument("--server-extra-args", default=DEFAULT_EXTRA_SERVER_ARGS,
-                   help=f"appended to every launch (default: {DEFAULT_EXTRA_SERVER_ARGS!r})")
+                   help="appended to every launch's command line")
     s.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for each server")
 
 

@@ -82,6 +82,15 @@ def _step(h, rows, mode):
 
 
 def run(args) -> int:
+    import sys
+
+    from .quiet import quiet_sglang, torch_missing
+
+    problem = torch_missing("demo")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    quiet_sglang()
     device = _setup_device()
     from ..releases import support
 
