@@ -1,4 +1,4 @@
-"""The main job on a CPU: the real duplication path on SGLang's real pools.
+"""The CPU demo: the real duplication path on SGLang's real pools.
 
 With the plugin registered as SGLang registers it, on the installed release's generation:
 
