@@ -1,10 +1,14 @@
 """On SGLang 0.5.23 (the v2 CPU environment): ``doctor`` reports v2 active with its hooks and a passing
-self-test, and the demo drives SGLang's own prepare_for_draft with our duplication hooked in."""
+self-test, the demo drives SGLang's own prepare_for_draft with our duplication hooked in, start-up
+warns where it should, and the README's launch command is one this SGLang accepts."""
 
+import argparse
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -77,3 +81,26 @@ def test_doctor_flags_fake_and_a_setting_that_does_nothing():
     # the report is doctor's own: its progress on stderr, none of SGLang's import warnings
     assert "doctor: importing SGLang" in p.stderr and "Only CUDA" not in p.stderr
     assert "Cannot detect CUDA architecture" not in p.stderr
+
+
+# --- the README's launch command: its entry point and every flag in 0.5.23's own server arguments
+
+def _launch_command() -> str:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (command,) = [b for b in blocks if "--speculative-algorithm" in b]
+    return command.replace("\\\n", " ")
+
+
+def test_the_readme_launches_with_sglang_serve_and_flags_sglang_knows():
+    command = _launch_command()
+    assert command.split()[:2] == ["sglang", "serve"]
+    entry = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
+    assert entry.get("sglang") == "sglang.cli.main:main"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sglang.srt.server_args import ServerArgs
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    known = {option for action in parser._actions for option in action.option_strings}
+    flags = [word for word in command.split() if word.startswith("--")]
+    assert len(flags) >= 8 and not [f for f in flags if f not in known], [f for f in flags if f not in known]
