@@ -83,6 +83,23 @@ def test_doctor_flags_fake_and_a_setting_that_does_nothing():
     assert "Cannot detect CUDA architecture" not in p.stderr
 
 
+
+def test_doctor_names_an_sglang_import_failure_once():
+    """An SGLang module that cannot import (as when a dependency of SGLang's is missing): doctor
+    names that import error, once, not a hook point that "has no attribute"."""
+    code = ("import sys; sys.modules['sglang.srt.layers.logprob_processor'] = None  # an import that fails\n"
+            "from sglang_eagle_paged.tools.cli import main; sys.exit(main(['doctor', '--no-self-test']))")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED")}
+    full.update(TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr[-3000:]
+    both = p.stdout + p.stderr
+    assert "has no attribute" not in both
+    assert [line for line in both.splitlines() if "logprob_processor" in line] == [
+        line for line in p.stdout.splitlines() if line.startswith("[FAIL] hooks") and "importing it fails" in line]
+    assert both.count("logprob_processor") == 1
+    assert p.stdout.strip().splitlines()[-1] == "doctor: problems found (see FAIL lines)"
+
 # --- the README's launch command: its entry point and every flag in 0.5.23's own server arguments
 
 def _launch_command() -> str:
