@@ -98,7 +98,7 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
         from sglang_eagle_paged import plugin
         plugin.register()
         print(gc_stats.install(settings.parse().gc_stats_dir))
-    """, tmp_path / "gc")
+    """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(".json") and len(gc_stats.read_totals(tmp_path / "gc")) == 1
 
@@ -115,6 +115,6 @@ def test_a_forked_child_drops_the_inherited_callback(tmp_path):
             os._exit(0 if len(gc.callbacks) == before - 1 else 1)
         _, status = os.waitpid(pid, 0)
         print(before, os.waitstatus_to_exitcode(status), len(gc.callbacks))
-    """, tmp_path / "gc")
+    """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "1"]  # the parent keeps its own
