@@ -7,6 +7,7 @@ take stops start-up (:class:`HookError`); an optional one is left to SGLang, wit
 saying so.
 """
 
+import importlib
 import logging
 import pkgutil
 from dataclasses import dataclass
@@ -34,14 +35,38 @@ class HookError(RuntimeError):
 
 
 def resolve(target: str):
-    """The object a dotted target names (``ImportError``/``AttributeError`` where there is none)."""
-    return pkgutil.resolve_name(target)
+    """The object a dotted target names (``ImportError``/``AttributeError`` where there is none).
+
+    ``pkgutil.resolve_name`` stops importing at the first module that fails to import and then
+    reports a missing attribute of its parent, hiding why (a dependency of SGLang's missing, say):
+    the module's own import error is raised instead, so that it is what the user reads."""
+    try:
+        return pkgutil.resolve_name(target)
+    except AttributeError:
+        _raise_import_error_of(target)
+        raise
+
+
+def _raise_import_error_of(target: str) -> None:
+    """Import the longest module prefix of ``target`` that exists; raise its import error, if any."""
+    parts = target.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # this module (or a parent) does not exist: a shorter prefix might
+            raise
+        return
 
 
 def resolvable(target: str) -> str | None:
     """None where ``target`` resolves; else why not, in one line."""
     try:
         resolve(target)
+    except ImportError as exc:
+        return f"importing it fails: {type(exc).__name__}: {exc}"
     except Exception as exc:  # noqa: BLE001 -- an import-time error of SGLang's is "not there" too
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -16,6 +16,9 @@ from .hooks import HookError, install
 
 logger = logging.getLogger("sglang_eagle_paged")
 
+FAKE_WARNING = (f"{settings.MODE}=fake: draft branches read KV that was never copied, so drafts are wrong "
+                "by design (acceptance drops); for A/B benchmarks only, never for serving")
+
 _state = {"registered": False, "active": None, "hooked": []}
 
 
@@ -62,6 +65,12 @@ def register() -> None:
         logger.warning("[sglang-eagle-paged] inactive: %s", support.problem)
         _state["active"] = "inactive"
         return
+    unused = settings.unused_by(support.generation)
+    if unused:
+        logger.warning("[sglang-eagle-paged] %s: no effect on SGLang %s (%s adapter; v1 releases only)",
+                       ", ".join(unused), version, support.generation)
+    if s.mode is settings.Mode.FAKE:
+        logger.warning("[sglang-eagle-paged] %s", FAKE_WARNING)
     adapter = releases.adapter_module(support)
     try:
         hooked = install(adapter.hooks(s), f"SGLang {version}")

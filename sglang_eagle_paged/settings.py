@@ -31,6 +31,9 @@ GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
 SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
 ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
+# Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
+# which start-up says in one line (unused_by).
+V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE)
 
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
@@ -93,7 +96,7 @@ def _choice(env, name: str, enum, default, aliases=None):
     try:
         return enum(raw)
     except ValueError:
-        allowed = [m.value for m in enum] + sorted(aliases or {})
+        allowed = list(dict.fromkeys([m.value for m in enum] + sorted(aliases or {})))  # each spelling once
         raise SettingsError(f"{name}={raw!r} is not one of: {', '.join(allowed)}") from None
 
 
@@ -115,6 +118,14 @@ def parse(env=None) -> Settings:
         gc_stats_dir=gc_dir or None,
         smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,
     )
+
+
+def unused_by(generation: str | None, env=None) -> list:
+    """The variables set in ``env`` that the adapter of ``generation`` never reads."""
+    env = os.environ if env is None else env
+    if generation in (None, "v1"):  # None: no adapter at all, which start-up says already
+        return []
+    return [name for name in V1_ONLY if _raw(env, name)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -43,3 +43,20 @@ def test_a_kind_that_does_not_exist_is_refused():
 def test_resolvable():
     assert resolvable("os.path.join") is None
     assert "AttributeError" in resolvable("os.path.no_such_thing")
+
+
+def test_resolvable_names_the_import_error_not_a_missing_attribute(tmp_path, monkeypatch):
+    """A module whose own import fails (a dependency missing, as SGLang's torchvision once was):
+    the reason given is that import error, with the missing module, not 'has no attribute'."""
+    pkg = tmp_path / "h35pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "broken.py").write_text("import h35_missing_dependency\ndef f(): pass\n")
+    (pkg / "sub" / "fine.py").write_text("def f(): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    why = resolvable("h35pkg.sub.broken.f")
+    assert "No module named 'h35_missing_dependency'" in why and "has no attribute" not in why
+    assert resolvable("h35pkg.sub.fine.f") is None
+    assert "has no attribute 'gone'" in resolvable("h35pkg.sub.fine.gone")
+    assert "has no attribute" in resolvable("h35pkg.sub.absent.f")  # a module that is not there

@@ -163,6 +163,9 @@ def test_mode_fake_hooks_the_same_targets_as_on(runs):
     want = {"draft": True, "spec": True, "move": True, "mode": "fake", "kv_hook_installed": True,
             "verify_bookkeeping": True}
     assert subset(r, want) == want
+    # drafts are wrong by design: start-up says so at WARNING level
+    assert "SGLANG_EAGLE_PAGED=fake: draft branches read KV that was never copied" in runs["fake"].stderr
+    assert "no effect on SGLang" not in runs["fa3_expand"].stderr  # v1 reads FA3_EXPAND
 
 
 def test_fa3_metadata_replacement_is_fused_by_default_and_can_be_turned_off(runs):

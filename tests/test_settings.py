@@ -44,6 +44,20 @@ def test_fa3_expand_keeps_its_older_spellings(raw, want):
     assert s.fa3_expand is want and s.fa3_expand_explicit
 
 
+def test_an_unknown_fa3_expand_lists_each_spelling_once():
+    with pytest.raises(SettingsError) as exc:
+        parse({settings.FA3_EXPAND: "maybe"})
+    allowed = str(exc.value).split("is not one of: ")[1].split(", ")
+    assert len(allowed) == len(set(allowed)) and {"fused", "expand", "off", "0", "1"} <= set(allowed)
+
+
+def test_settings_the_v2_adapter_never_reads_are_named():
+    env = {settings.FA3_EXPAND: "expand", settings.ALLOW_TRITON: "1", settings.MODE: "on"}
+    assert settings.unused_by("v2", env) == [settings.ALLOW_TRITON, settings.FA3_EXPAND]
+    assert settings.unused_by("v1", env) == [] and settings.unused_by(None, env) == []
+    assert settings.unused_by("v2", {settings.FA3_EXPAND: " "}) == []
+
+
 def test_gc_stats_is_a_directory_or_nothing():
     assert parse({settings.GC_STATS: " /tmp/gc "}).gc_stats_dir == "/tmp/gc"
     assert parse({settings.GC_STATS: ""}).gc_stats_dir is None

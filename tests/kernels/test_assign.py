@@ -8,8 +8,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import re
-from pathlib import Path
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -57,32 +55,22 @@ SEED_SRC = [8, 9, 10] * 7
 SEED_TGT = [x for b in range(1, 8) for x in (8 + 8 * b, 9 + 8 * b, 10 + 8 * b)]
 
 
-SEED_TEXT = Path(__file__).resolve().parents[3] / "shared" / "reference" / "seed-pr-duplicate-cache.txt"
+# The worked example as the design text that started this project states it (prefix slots 4..10,
+# page 4, topk 8, steps 5), quoted here so that the test needs nothing outside the repository; each
+# list ends in "..." there.
+DESIGN_SRC = [8, 9, 10, 8, 9, 10]
+DESIGN_TGT = [16, 17, 18, 24, 25, 26]
+DESIGN_OUT = [11, 12, 13, 14, 15, 19, 20, 21, 22, 23, 24]
 
 
-def _seed_lists(text: str) -> dict:
-    """The worked example's three lists as the design states them (their "..." tails dropped)."""
-    lines = text.splitlines()
-    found = {}
-    # the source list follows the sentence that names it; the other two follow their own labels
-    for key, is_label in (("src", lambda line: "source_cache_loc and target_cache_loc(len=" in line),
-                          ("tgt", lambda line: line.strip().startswith("target_cache_loc")),
-                          ("out", lambda line: line.strip().startswith("out_cache_loc to be filled"))):
-        i = next(n for n, line in enumerate(lines) if is_label(line))
-        nums = re.findall(r"\d+", lines[i + 1].split("...")[0])
-        found[key] = [int(x) for x in nums]
-    return found
-
-
-@pytest.mark.skipif(not SEED_TEXT.is_file(), reason=f"the design text is not at {SEED_TEXT}")
 def test_the_expected_values_are_the_designs_own():
-    """SEED_* against the numbers the design's text states, read from it: its last out_cache_loc value,
-    24, is a typo for 27 (branch 1's run of five starts at slot 19 and ends at 23; branch 2's starts at 27)."""
-    seed = _seed_lists(SEED_TEXT.read_text())
-    assert SEED_SRC[: len(seed["src"])] == seed["src"] and len(SEED_SRC) == 21
-    assert SEED_TGT[: len(seed["tgt"])] == seed["tgt"] and len(SEED_TGT) == 21
-    assert seed["out"][-1] == 24 and SEED_OUT[: len(seed["out"]) - 1] == seed["out"][:-1]
-    assert SEED_OUT[len(seed["out"]) - 1] == 27
+    """SEED_* against the numbers the design states: its last out_cache_loc value, 24, is a typo
+    for 27 (branch 1's run of five starts at slot 19 and ends at 23; branch 2's page starts at 24
+    with the three copied prefix slots, so its run starts at 27)."""
+    assert SEED_SRC[: len(DESIGN_SRC)] == DESIGN_SRC and len(SEED_SRC) == 21
+    assert SEED_TGT[: len(DESIGN_TGT)] == DESIGN_TGT and len(SEED_TGT) == 21
+    assert SEED_OUT[: len(DESIGN_OUT) - 1] == DESIGN_OUT[:-1] and SEED_OUT[len(DESIGN_OUT) - 1] == 27
+    assert SEED_TGT[3] == DESIGN_OUT[-1]  # 24 is branch 2's first copied slot, not a draft slot
 
 
 @pytest.mark.parametrize("impl", ["kernel", "reference", "free pages"])

@@ -1,10 +1,14 @@
 """On SGLang 0.5.23 (the v2 CPU environment): ``doctor`` reports v2 active with its hooks and a passing
-self-test, and the demo drives SGLang's own prepare_for_draft with our duplication hooked in."""
+self-test, the demo drives SGLang's own prepare_for_draft with our duplication hooked in, start-up
+warns where it should, and the README's launch command is one this SGLang accepts."""
 
+import argparse
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,11 +41,83 @@ def test_doctor_reports_v2_active_and_its_self_test_passes():
 def test_doctor_explicit_on_where_unsupported_is_one_clear_failure():
     p = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED="bogus")
     assert p.returncode != 0 and "SGLANG_EAGLE_PAGED='bogus' is not one of: on, off, fake" in p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "doctor: problems found (see FAIL lines)"  # always the summary
 
 
 def test_demo_on_v2():
     p = _run("demo")
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "SGLang's v2 prepare_for_draft" in p.stdout
-    assert "matches the worked example (last value 27, the text's 24 is a typo): True" in p.stdout
+    assert "draft slots as expected (branch 2 starts at slot 27), every branch reads the prefix: True" in p.stdout
     assert "OK: every branch reads the prefix's KV; index-only (fake) does not." in p.stdout
+    # what the user needs, nothing of SGLang's: no stop of its batch building, no import warnings
+    assert "AttributeError" not in p.stdout + p.stderr and "Only CUDA" not in p.stderr
+
+
+def test_demo_at_page_one_has_nothing_to_copy_and_says_ok():
+    p = _run("demo", "--page-size", "1", "--batch-size", "2")
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert "OK: every branch reads the prefix's KV (this batch has nothing to copy, so fake is right too)." in p.stdout
+
+
+def test_fake_and_v1_only_settings_warn_at_start_up():
+    code = ("import logging; logging.basicConfig(format='%(levelname)s %(message)s')\n"
+            "from sglang_eagle_paged import plugin; plugin.register(); print(plugin.active_mode())")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED")}
+    full.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED="fake", SGLANG_EAGLE_PAGED_FA3_EXPAND="1")
+    p = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and p.stdout.split() == ["fake"], p.stderr[-3000:]
+    lines = p.stderr.splitlines()
+    assert "WARNING [sglang-eagle-paged] SGLANG_EAGLE_PAGED=fake: draft branches read KV that was never copied, " \
+           "so drafts are wrong by design (acceptance drops); for A/B benchmarks only, never for serving" in lines
+    assert ("WARNING [sglang-eagle-paged] SGLANG_EAGLE_PAGED_FA3_EXPAND: no effect on SGLang 0.5.23 "
+            "(v2 adapter; v1 releases only)") in lines
+
+
+def test_doctor_flags_fake_and_a_setting_that_does_nothing():
+    p = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED="fake", SGLANG_EAGLE_PAGED_ALLOW_TRITON="1")
+    assert "[WARN] mode                   SGLANG_EAGLE_PAGED=fake: draft branches read KV that was never copied" in p.stdout
+    assert "[WARN] settings               SGLANG_EAGLE_PAGED_ALLOW_TRITON: no effect on this SGLang" in p.stdout
+    # the report is doctor's own: its progress on stderr, none of SGLang's import warnings
+    assert "doctor: importing SGLang" in p.stderr and "Only CUDA" not in p.stderr
+    assert "Cannot detect CUDA architecture" not in p.stderr
+
+
+
+def test_doctor_names_an_sglang_import_failure_once():
+    """An SGLang module that cannot import (as when a dependency of SGLang's is missing): doctor
+    names that import error, once, not a hook point that "has no attribute"."""
+    code = ("import sys; sys.modules['sglang.srt.layers.logprob_processor'] = None  # an import that fails\n"
+            "from sglang_eagle_paged.tools.cli import main; sys.exit(main(['doctor', '--no-self-test']))")
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED")}
+    full.update(TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr[-3000:]
+    both = p.stdout + p.stderr
+    assert "has no attribute" not in both
+    assert [line for line in both.splitlines() if "logprob_processor" in line] == [
+        line for line in p.stdout.splitlines() if line.startswith("[FAIL] hooks") and "importing it fails" in line]
+    assert both.count("logprob_processor") == 1
+    assert p.stdout.strip().splitlines()[-1] == "doctor: problems found (see FAIL lines)"
+
+# --- the README's launch command: its entry point and every flag in 0.5.23's own server arguments
+
+def _launch_command() -> str:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (command,) = [b for b in blocks if "--speculative-algorithm" in b]
+    return command.replace("\\\n", " ")
+
+
+def test_the_readme_launches_with_sglang_serve_and_flags_sglang_knows():
+    command = _launch_command()
+    assert command.split()[:2] == ["sglang", "serve"]
+    entry = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")}
+    assert entry.get("sglang") == "sglang.cli.main:main"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sglang.srt.server_args import ServerArgs
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    known = {option for action in parser._actions for option in action.option_strings}
+    flags = [word for word in command.split() if word.startswith("--")]
+    assert len(flags) >= 8 and not [f for f in flags if f not in known], [f for f in flags if f not in known]
