@@ -1,0 +1,227 @@
+"""FA3 tree drafting at page > 1 reading the prefix tail in place (issue 38, the CPU proof):
+SGLang's metadata over the copied KV and ours over the uncopied KV give the same attention at
+every draft step, and ours reads only the prefix and the branch's own draft slots.
+
+SGLang's own code decides everything but the attention arithmetic, run on CPU:
+
+- the tree, the rows and the copy targets: ``test_backend_reads``'s cases (SGLang's allocation
+  sizes, shared prefix pages) and SGLang's ``prepare_for_draft`` on a real ``MHATokenToKVPool``
+  (bf16), its copy recorded;
+- both passes' metadata: ``FlashAttentionBackend.init_forward_metadata`` itself (eager, the
+  ``topk > 1`` draft-decode branch and its ``page_size > 1`` split), then for ours
+  :func:`rewrite_draft_metadata` on what it built;
+- the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` (the view both of SGLang's
+  calls get), and :func:`per_token_view` of it for our expand call.
+
+FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
+reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
+of ``cu_seqlens_q``, non-causal, returning the output and the log-sum-exp; the two passes are
+merged as ``merge_state_v2`` merges them. The graph-replay builder
+(``_apply_cuda_graph_metadata``) and the forward hook are not in this proof (see
+docs/backend_reads.md).
+"""
+
+import math
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sglang")
+fa3b = pytest.importorskip("sglang.srt.layers.attention.flashattention_backend")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_backend_reads import (  # noqa: E402
+    HEAD_DIM, HEADS, _case, _expected_reads, _prepare_for_draft, _translator, draft_decode_set_expand_metadata)
+
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+
+from sglang_eagle_paged.adapters.v2.fa3_in_place import (  # noqa: E402
+    is_per_token, per_token_view, rewrite_draft_metadata)
+
+torch.set_num_threads(1)
+
+SCALE = 1.0 / math.sqrt(HEAD_DIM)
+
+
+# --------------------------------------------------------------------------- FA3, in plain torch
+
+
+def fa3_reference(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q):
+    """What ``flash_attn_with_kvcache`` computes for paged, non-causal decode, in fp32:
+    ``(out, lse, slots)``, ``slots[z]`` being the slots batch entry ``z`` read (as
+    ``page * page_size + offset`` in the buffer's own slot numbering)."""
+    page = k_cache.shape[1]
+    k_flat = k_cache.reshape(-1, *k_cache.shape[2:]).float()
+    v_flat = v_cache.reshape(-1, *v_cache.shape[2:]).float()
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    lse = torch.full(q.shape[:2], -math.inf, dtype=torch.float32)
+    slots = []
+    for z in range(cache_seqlens.numel()):
+        j = torch.arange(int(cache_seqlens[z]))
+        s = page_table[z, j // page].long() * page + j % page
+        slots.append(s)
+        if s.numel() == 0:
+            continue
+        rows = slice(int(cu_seqlens_q[z]), int(cu_seqlens_q[z + 1]))
+        logits = torch.einsum("qhd,khd->qhk", q[rows].float(), k_flat[s]) * SCALE
+        lse[rows] = torch.logsumexp(logits, dim=-1)
+        out[rows] = torch.einsum("qhk,khd->qhd", torch.softmax(logits, dim=-1), v_flat[s])
+    return out, lse, slots
+
+
+def merge(o_a, lse_a, o_b, lse_b):
+    """``merge_state_v2``: the two passes' softmax-weighted outputs by their log-sum-exp."""
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    return (o_a * w_a[..., None] + o_b * w_b[..., None]) / (w_a + w_b)[..., None]
+
+
+def two_pass(q, key_cache, value_cache, metadata, expand, expand_view):
+    """SGLang's ``forward_decode`` cascade (``use_cascade_attn``): first pass, expand pass over
+    ``expand_view`` of the KV buffers, merged; plus every slot the two passes read, per branch."""
+    o, lse, first_slots = fa3_reference(q, key_cache, value_cache, metadata.page_table,
+                                        metadata.cache_seqlens_int32, metadata.cu_seqlens_q)
+    o_e, lse_e, expand_slots = fa3_reference(q, expand_view(key_cache), expand_view(value_cache),
+                                             expand.page_table, expand.cache_seqlens_int32,
+                                             expand.cu_seqlens_q)
+    topk = q.shape[0] // len(first_slots)
+    reads = [torch.cat([first_slots[z // topk], expand_slots[z]]) for z in range(q.shape[0])]
+    return merge(o, lse, o_e, lse_e), reads
+
+
+# --------------------------------------------------------------------------- SGLang's builders
+
+
+def _backend(case, step_id):
+    """SGLang's ``FlashAttentionBackend`` as its ``__init__`` leaves it for a draft runner on a
+    plain MHA pool (the attributes ``init_forward_metadata``'s draft-decode path reads)."""
+    be = object.__new__(fa3b.FlashAttentionBackend)
+    be.topk, be.speculative_num_steps, be.speculative_step_id = case.topk, case.steps, step_id
+    be.page_size, be.device = case.page, "cpu"
+    be.max_context_len = case.r2t.shape[1]
+    be.req_to_token_pool = SimpleNamespace(req_to_token=case.r2t)
+    be.req_to_token = case.r2t
+    be.token_to_kv_pool = case.pool
+    be.kv_index_translator = _translator(case.r2t)
+    be.kv_index_translator.is_translating = False
+    be.use_sliding_window_kv_pool = False
+    be._kv_shard_pool = None
+    be.local_attn_builder = None  # no chunked local attention (llama4): SGLang checks it
+    be.is_prefill_aware_swa = False
+    be.forward_metadata_spec_decode_expand = None
+    return be
+
+
+@pytest.fixture(autouse=True)
+def _expand_builder_as_written(monkeypatch):
+    """SGLang's ``draft_decode_set_expand_metadata`` as written, not its torch.compile wrapper
+    (which compiles per shape with inductor on CPU: minutes, same arithmetic)."""
+    monkeypatch.setattr(fa3b, "draft_decode_set_expand_metadata", draft_decode_set_expand_metadata)
+
+
+def _draft_step_metadata(case, prep, step_id):
+    """``(backend, metadata, expand)`` SGLang's ``init_forward_metadata`` builds for draft step
+    ``step_id``."""
+    be = _backend(case, step_id)
+    fb = SimpleNamespace(
+        forward_mode=ForwardMode.DECODE, batch_size=case.bs, seq_lens=case.seq_lens.clone(),
+        seq_lens_cpu=case.seq_lens.clone(), req_pool_indices=case.req_pool_indices.clone(),
+        out_cache_loc=prep.out_cache_loc, spec_info=SimpleNamespace(), encoder_lens=None,
+        kv_loc_plan=None,
+    )
+    be.init_forward_metadata(fb)
+    return be, be.forward_metadata, be.forward_metadata_spec_decode_expand
+
+
+LAYER = SimpleNamespace(layer_id=0, tp_k_head_num=HEADS, tp_v_head_num=HEADS, head_dim=HEAD_DIM,
+                        v_head_dim=HEAD_DIM)
+
+
+def _paged_kv(be, k, v):
+    """The backend's paged view of the pool's layer-0 buffers after writing ``k``, ``v`` into them."""
+    be.token_to_kv_pool.k_buffer[0].copy_(k)
+    be.token_to_kv_pool.v_buffer[0].copy_(v)
+    return be.get_paged_mha_kv_cache(LAYER)
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _cases():
+    rng = random.Random(38)
+    out = []
+    kinds = ["random", "aligned", "one", "tail"]
+    pages = [2, 4, 16, 64, 128, 256]
+    for n in range(16):
+        page = pages[n % len(pages)] if n < 12 else rng.choice(pages)
+        topk = rng.randint(2, 10)
+        steps = rng.randint(2, 8)
+        bs = rng.randint(1, 3) if page < 128 else 1
+        out.append((3800 + n, bs, topk, page, steps, kinds[n % len(kinds)]))
+    return out
+
+
+CASES = _cases()
+
+
+def _case_id(c):
+    return f"s{c[0]}-bs{c[1]}-topk{c[2]}-page{c[3]}-steps{c[4]}-{c[5]}"
+
+
+def _bf16_case(params, monkeypatch):
+    case = _case(*params)
+    for buf in case.pool.k_buffer + case.pool.v_buffer:  # bf16 KV, as served
+        buf.copy_(buf.bfloat16().float())
+    prep = _prepare_for_draft(case, monkeypatch)
+    return case, prep
+
+
+@pytest.mark.parametrize("params", CASES, ids=_case_id)
+def test_in_place_reads_give_sglangs_attention_without_the_copy(params, monkeypatch):
+    """At every draft step: SGLang's two passes over the KV after its copy, and ours over the
+    KV without it (every copy target NaN), give the same attention within bf16 rounding, and
+    each branch of ours reads exactly its prefix, then its own draft slots."""
+    case, prep = _bf16_case(params, monkeypatch)
+    pool = case.pool
+    k_copied, v_copied = pool.k_buffer[0].clone(), pool.v_buffer[0].clone()  # prepare_for_draft copied
+    k_holes, v_holes = k_copied.clone(), v_copied.clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    cache_loc = prep.out_cache_loc.view(-1, case.steps)
+    g = torch.Generator().manual_seed(params[0])
+    for step in range(case.steps - 1):  # SGLang's draft runs steps - 1 decode forwards
+        q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=g).bfloat16().float()
+        be, md, ex = _draft_step_metadata(case, prep, step)
+        theirs, their_reads = two_pass(q, *_paged_kv(be, k_copied, v_copied), md, ex, lambda c: c)
+
+        be, md, ex = _draft_step_metadata(case, prep, step)
+        rewrite_draft_metadata(md, ex, case.seq_lens, cache_loc, step + 1)
+        assert is_per_token(ex.page_table)
+        ours, our_reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, per_token_view)
+
+        assert torch.isfinite(ours).all(), f"step {step}: a hole was read"
+        torch.testing.assert_close(ours, theirs, rtol=2 ** -8, atol=2 ** -8, msg=f"step {step}")
+        expected = _expected_reads(case, prep, step)
+        for z, (got, want) in enumerate(zip(our_reads, expected, strict=True)):
+            assert torch.equal(got, want), f"step {step} branch {z}"
+
+
+@pytest.mark.parametrize("params", [c for c in CASES if c[5] in ("random", "tail")][:3], ids=_case_id)
+def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, monkeypatch):
+    """The control, so the comparison above can fail: SGLang's own metadata over the KV without
+    the copy reads holes (NaN out), and reads every copy target."""
+    case, prep = _bf16_case(params, monkeypatch)
+    assert prep.tgt.numel() > 0
+    k_holes, v_holes = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(1))
+    step = case.steps - 2
+    be, md, ex = _draft_step_metadata(case, prep, step)
+    out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, lambda c: c)
+    assert torch.isnan(out).any()
+    assert torch.isin(prep.tgt, torch.cat(reads)).all()
