@@ -8,17 +8,16 @@ SGLang's own code decides everything but the attention arithmetic, run on CPU:
   sizes, shared prefix pages) and SGLang's ``prepare_for_draft`` on a real ``MHATokenToKVPool``
   (bf16), its copy recorded;
 - both passes' metadata: ``FlashAttentionBackend.init_forward_metadata`` itself (eager, the
-  ``topk > 1`` draft-decode branch and its ``page_size > 1`` split), then for ours
-  :func:`rewrite_draft_metadata` on what it built;
+  ``topk > 1`` draft-decode branch and its ``page_size > 1`` split), and its CUDA-graph
+  counterpart (``init_cuda_graph_state``, then ``init_forward_metadata_out_graph`` capturing,
+  then replaying), then for ours :func:`rewrite_draft_metadata` on what they built;
 - the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` (the view both of SGLang's
   calls get), and :func:`per_token_view` of it for our expand call.
 
 FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
 reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
 of ``cu_seqlens_q``, non-causal, returning the output and the log-sum-exp; the two passes are
-merged as ``merge_state_v2`` merges them. The graph-replay builder
-(``_apply_cuda_graph_metadata``) and the forward hook are not in this proof (see
-docs/backend_reads.md).
+merged as ``merge_state_v2`` merges them.
 """
 
 import math
@@ -123,17 +122,40 @@ def _expand_builder_as_written(monkeypatch):
     monkeypatch.setattr(fa3b, "draft_decode_set_expand_metadata", draft_decode_set_expand_metadata)
 
 
-def _draft_step_metadata(case, prep, step_id):
-    """``(backend, metadata, expand)`` SGLang's ``init_forward_metadata`` builds for draft step
-    ``step_id``."""
-    be = _backend(case, step_id)
-    fb = SimpleNamespace(
+def _forward_batch(case, prep):
+    return SimpleNamespace(
         forward_mode=ForwardMode.DECODE, batch_size=case.bs, seq_lens=case.seq_lens.clone(),
         seq_lens_cpu=case.seq_lens.clone(), req_pool_indices=case.req_pool_indices.clone(),
         out_cache_loc=prep.out_cache_loc, spec_info=SimpleNamespace(), encoder_lens=None,
-        kv_loc_plan=None,
+        kv_loc_plan=None, positions=torch.zeros(case.bs * case.topk, dtype=torch.int64),
     )
-    be.init_forward_metadata(fb)
+
+
+def _graph_backend(case, step_id):
+    """The backend after ``init_cuda_graph_state`` (as a CUDA-graph draft runner leaves it)."""
+    be = _backend(case, step_id)
+    be.is_draft_runner, be.is_encoder_decoder, be.skip_prefill, be.use_mla = True, False, False, False
+    be.has_swa, be.sliding_window_size, be._verify_mask = False, None, None
+    be._get_scheduler_metadata = None  # sgl_kernel's FA3 scheduler: CUDA only
+    be._decode_uses_static_max_seqlen_k = False  # FA4 only
+    be.needs_cpu_seq_lens = False
+    be.speculative_num_draft_tokens = case.topk * case.steps + 1
+    be.init_cuda_graph_state(case.bs, case.bs * case.topk)
+    return be
+
+
+def _draft_step_metadata(case, prep, step_id, builder):
+    """``(backend, metadata, expand)`` SGLang builds for draft step ``step_id``: eagerly
+    (``init_forward_metadata``), or as a CUDA graph is captured then replayed
+    (``init_forward_metadata_out_graph`` with ``in_capture`` True, then False)."""
+    fb = _forward_batch(case, prep)
+    if builder == "eager":
+        be = _backend(case, step_id)
+        be.init_forward_metadata(fb)
+    else:
+        be = _graph_backend(case, step_id)
+        be.init_forward_metadata_out_graph(fb, in_capture=True)
+        be.init_forward_metadata_out_graph(_forward_batch(case, prep), in_capture=False)
     return be, be.forward_metadata, be.forward_metadata_spec_decode_expand
 
 
@@ -180,8 +202,9 @@ def _bf16_case(params, monkeypatch):
     return case, prep
 
 
+@pytest.mark.parametrize("builder", ["eager", "graph"])
 @pytest.mark.parametrize("params", CASES, ids=_case_id)
-def test_in_place_reads_give_sglangs_attention_without_the_copy(params, monkeypatch):
+def test_in_place_reads_give_sglangs_attention_without_the_copy(params, builder, monkeypatch):
     """At every draft step: SGLang's two passes over the KV after its copy, and ours over the
     KV without it (every copy target NaN), give the same attention within bf16 rounding, and
     each branch of ours reads exactly its prefix, then its own draft slots."""
@@ -195,10 +218,10 @@ def test_in_place_reads_give_sglangs_attention_without_the_copy(params, monkeypa
     g = torch.Generator().manual_seed(params[0])
     for step in range(case.steps - 1):  # SGLang's draft runs steps - 1 decode forwards
         q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=g).bfloat16().float()
-        be, md, ex = _draft_step_metadata(case, prep, step)
+        be, md, ex = _draft_step_metadata(case, prep, step, builder)
         theirs, their_reads = two_pass(q, *_paged_kv(be, k_copied, v_copied), md, ex, lambda c: c)
 
-        be, md, ex = _draft_step_metadata(case, prep, step)
+        be, md, ex = _draft_step_metadata(case, prep, step, builder)
         rewrite_draft_metadata(md, ex, case.seq_lens, cache_loc, step + 1)
         assert is_per_token(ex.page_table)
         ours, our_reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, per_token_view)
@@ -210,8 +233,9 @@ def test_in_place_reads_give_sglangs_attention_without_the_copy(params, monkeypa
             assert torch.equal(got, want), f"step {step} branch {z}"
 
 
+@pytest.mark.parametrize("builder", ["eager", "graph"])
 @pytest.mark.parametrize("params", [c for c in CASES if c[5] in ("random", "tail")][:3], ids=_case_id)
-def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, monkeypatch):
+def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, builder, monkeypatch):
     """The control, so the comparison above can fail: SGLang's own metadata over the KV without
     the copy reads holes (NaN out), and reads every copy target."""
     case, prep = _bf16_case(params, monkeypatch)
@@ -221,7 +245,7 @@ def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, monkeypatch):
     v_holes[prep.tgt] = float("nan")
     q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(1))
     step = case.steps - 2
-    be, md, ex = _draft_step_metadata(case, prep, step)
+    be, md, ex = _draft_step_metadata(case, prep, step, builder)
     out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, lambda c: c)
     assert torch.isnan(out).any()
     assert torch.isin(prep.tgt, torch.cat(reads)).all()
