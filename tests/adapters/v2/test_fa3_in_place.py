@@ -10,9 +10,10 @@ SGLang's own code decides everything but the attention arithmetic, run on CPU:
 - both passes' metadata: ``FlashAttentionBackend.init_forward_metadata`` itself (eager, the
   ``topk > 1`` draft-decode branch and its ``page_size > 1`` split), and its CUDA-graph
   counterpart (``init_cuda_graph_state``, then ``init_forward_metadata_out_graph`` capturing,
-  then replaying), then for ours :func:`rewrite_draft_metadata` on what they built;
+  then replaying), then for ours the AFTER hooks :mod:`fa3_in_place` installs on them, called
+  as SGLang's HookRegistry calls them;
 - the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` (the view both of SGLang's
-  calls get), and :func:`per_token_view` of it for our expand call.
+  calls get), through our AROUND hook on ``flash_attn_with_kvcache`` for ours.
 
 FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
 reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
@@ -38,8 +39,9 @@ from test_backend_reads import (  # noqa: E402
 
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 
+from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
 from sglang_eagle_paged.adapters.v2.fa3_in_place import (  # noqa: E402
-    is_per_token, per_token_view, rewrite_draft_metadata)
+    after_backend_init, after_metadata, around_flash_attn, is_per_token)
 
 torch.set_num_threads(1)
 
@@ -49,7 +51,7 @@ SCALE = 1.0 / math.sqrt(HEAD_DIM)
 # --------------------------------------------------------------------------- FA3, in plain torch
 
 
-def fa3_reference(q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q):
+def fa3_reference(*, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, **_):
     """What ``flash_attn_with_kvcache`` computes for paged, non-causal decode, in fp32:
     ``(out, lse, slots)``, ``slots[z]`` being the slots batch entry ``z`` read (as
     ``page * page_size + offset`` in the buffer's own slot numbering)."""
@@ -79,17 +81,27 @@ def merge(o_a, lse_a, o_b, lse_b):
     return (o_a * w_a[..., None] + o_b * w_b[..., None]) / (w_a + w_b)[..., None]
 
 
-def two_pass(q, key_cache, value_cache, metadata, expand, expand_view):
-    """SGLang's ``forward_decode`` cascade (``use_cascade_attn``): first pass, expand pass over
-    ``expand_view`` of the KV buffers, merged; plus every slot the two passes read, per branch."""
-    o, lse, first_slots = fa3_reference(q, key_cache, value_cache, metadata.page_table,
-                                        metadata.cache_seqlens_int32, metadata.cu_seqlens_q)
-    o_e, lse_e, expand_slots = fa3_reference(q, expand_view(key_cache), expand_view(value_cache),
-                                             expand.page_table, expand.cache_seqlens_int32,
-                                             expand.cu_seqlens_q)
+def two_pass(q, key_cache, value_cache, metadata, expand, attn=fa3_reference):
+    """SGLang's ``forward_decode`` cascade (``use_cascade_attn``): both passes through ``attn``
+    (the module's ``flash_attn_with_kvcache``, with SGLang's keyword arguments), merged; plus
+    every slot the two passes read, per branch."""
+    o, lse, first_slots = attn(q=q, k_cache=key_cache, v_cache=value_cache,
+                               page_table=metadata.page_table,
+                               cache_seqlens=metadata.cache_seqlens_int32,
+                               cu_seqlens_q=metadata.cu_seqlens_q)
+    o_e, lse_e, expand_slots = attn(q=q, k_cache=key_cache, v_cache=value_cache,
+                                    page_table=expand.page_table,
+                                    cache_seqlens=expand.cache_seqlens_int32,
+                                    cu_seqlens_q=expand.cu_seqlens_q,
+                                    cu_seqlens_k_new=expand.cu_seqlens_k)
     topk = q.shape[0] // len(first_slots)
     reads = [torch.cat([first_slots[z // topk], expand_slots[z]]) for z in range(q.shape[0])]
     return merge(o, lse, o_e, lse_e), reads
+
+
+def ours(*, k_cache, v_cache, **kwargs):
+    """The hooked ``flash_attn_with_kvcache``: our AROUND hook over FA3's stand-in."""
+    return around_flash_attn(fa3_reference, k_cache=k_cache, v_cache=v_cache, **kwargs)
 
 
 # --------------------------------------------------------------------------- SGLang's builders
@@ -111,8 +123,15 @@ def _backend(case, step_id):
     be._kv_shard_pool = None
     be.local_attn_builder = None  # no chunked local attention (llama4): SGLang checks it
     be.is_prefill_aware_swa = False
+    be.use_mla, be.attn_cp_size, be.is_draft_runner = False, 1, True
+    be.has_swa, be.fa_impl_ver = False, 3
     be.forward_metadata_spec_decode_expand = None
     return be
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend_census(monkeypatch):
+    monkeypatch.setattr(fa3_in_place, "_SEEN", {"covered": 0, "not": []})
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +154,7 @@ def _graph_backend(case, step_id):
     """The backend after ``init_cuda_graph_state`` (as a CUDA-graph draft runner leaves it)."""
     be = _backend(case, step_id)
     be.is_draft_runner, be.is_encoder_decoder, be.skip_prefill, be.use_mla = True, False, False, False
-    be.has_swa, be.sliding_window_size, be._verify_mask = False, None, None
+    be.sliding_window_size, be._verify_mask = None, None
     be._get_scheduler_metadata = None  # sgl_kernel's FA3 scheduler: CUDA only
     be._decode_uses_static_max_seqlen_k = False  # FA4 only
     be.needs_cpu_seq_lens = False
@@ -144,18 +163,26 @@ def _graph_backend(case, step_id):
     return be
 
 
-def _draft_step_metadata(case, prep, step_id, builder):
+def _draft_step_metadata(case, prep, step_id, builder, in_place=False):
     """``(backend, metadata, expand)`` SGLang builds for draft step ``step_id``: eagerly
     (``init_forward_metadata``), or as a CUDA graph is captured then replayed
-    (``init_forward_metadata_out_graph`` with ``in_capture`` True, then False)."""
-    fb = _forward_batch(case, prep)
+    (``init_forward_metadata_out_graph`` with ``in_capture`` True, then False). ``in_place``:
+    with our AFTER hooks run as SGLang's HookRegistry runs them (after the backend's
+    ``__init__``, after each builder)."""
+    after = after_metadata if in_place else (lambda *a, **kw: None)
     if builder == "eager":
         be = _backend(case, step_id)
-        be.init_forward_metadata(fb)
+        if in_place:
+            after_backend_init(None, be)
+        fb = _forward_batch(case, prep)
+        after(be.init_forward_metadata(fb), be, fb)
     else:
         be = _graph_backend(case, step_id)
-        be.init_forward_metadata_out_graph(fb, in_capture=True)
-        be.init_forward_metadata_out_graph(_forward_batch(case, prep), in_capture=False)
+        if in_place:
+            after_backend_init(None, be)
+        for capture in (True, False):
+            fb = _forward_batch(case, prep)
+            after(be.init_forward_metadata_out_graph(fb, in_capture=capture), be, fb, in_capture=capture)
     return be, be.forward_metadata, be.forward_metadata_spec_decode_expand
 
 
@@ -214,20 +241,18 @@ def test_in_place_reads_give_sglangs_attention_without_the_copy(params, builder,
     k_holes, v_holes = k_copied.clone(), v_copied.clone()
     k_holes[prep.tgt] = float("nan")
     v_holes[prep.tgt] = float("nan")
-    cache_loc = prep.out_cache_loc.view(-1, case.steps)
     g = torch.Generator().manual_seed(params[0])
     for step in range(case.steps - 1):  # SGLang's draft runs steps - 1 decode forwards
         q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=g).bfloat16().float()
         be, md, ex = _draft_step_metadata(case, prep, step, builder)
-        theirs, their_reads = two_pass(q, *_paged_kv(be, k_copied, v_copied), md, ex, lambda c: c)
+        theirs, their_reads = two_pass(q, *_paged_kv(be, k_copied, v_copied), md, ex)
 
-        be, md, ex = _draft_step_metadata(case, prep, step, builder)
-        rewrite_draft_metadata(md, ex, case.seq_lens, cache_loc, step + 1)
+        be, md, ex = _draft_step_metadata(case, prep, step, builder, in_place=True)
         assert is_per_token(ex.page_table)
-        ours, our_reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, per_token_view)
+        out, our_reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)
 
-        assert torch.isfinite(ours).all(), f"step {step}: a hole was read"
-        torch.testing.assert_close(ours, theirs, rtol=2 ** -8, atol=2 ** -8, msg=f"step {step}")
+        assert torch.isfinite(out).all(), f"step {step}: a hole was read"
+        torch.testing.assert_close(out, theirs, rtol=2 ** -8, atol=2 ** -8, msg=f"step {step}")
         expected = _expected_reads(case, prep, step)
         for z, (got, want) in enumerate(zip(our_reads, expected, strict=True)):
             assert torch.equal(got, want), f"step {step} branch {z}"
@@ -246,6 +271,73 @@ def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, builder, monkeypatc
     q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(1))
     step = case.steps - 2
     be, md, ex = _draft_step_metadata(case, prep, step, builder)
-    out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, lambda c: c)
+    out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)  # unmarked: as SGLang
     assert torch.isnan(out).any()
     assert torch.isin(prep.tgt, torch.cat(reads)).all()
+
+
+# --------------------------------------------------------------------------- the glue
+
+
+def _census(*backends):
+    for be in backends:
+        after_backend_init(None, be)
+    return fa3_in_place.engaged()
+
+
+def _draft_backend(**kw):
+    be = SimpleNamespace(is_draft_runner=True, topk=4, page_size=16, use_mla=False, has_swa=False, fa_impl_ver=3,
+                         use_sliding_window_kv_pool=False, local_attn_builder=None, _kv_shard_pool=None,
+                         kv_index_translator=SimpleNamespace(is_translating=False), attn_cp_size=1)
+    vars(be).update(kw)
+    return be
+
+
+@pytest.mark.parametrize("backends, in_place", [
+    ([], False),  # the hooks never ran (setting off, or no FA3 draft backend)
+    ([{}, {}], True),
+    ([{}, {"use_mla": True}], False),
+    ([{}, {"use_sliding_window_kv_pool": True}], False),
+    ([{"kv_index_translator": SimpleNamespace(is_translating=True)}], False),
+    ([{"local_attn_builder": object()}], False),
+    ([{"attn_cp_size": 2}], False),
+    ([{"fa_impl_ver": 4}], False),
+    ([{"has_swa": True}], False),
+    ([{}, {"is_draft_runner": False, "use_mla": True}], True),  # the target's backend: not drafting
+])
+def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
+    from sglang.srt import server_args as sa
+
+    from sglang_eagle_paged.adapters.v2 import duplicate
+
+    monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
+    assert _census(*[_draft_backend(**kw) for kw in backends])[0] is in_place
+    args = SimpleNamespace(speculative_eagle_topk=8, page_size=64, attention_backend="fa3",
+                           decode_attention_backend=None, speculative_draft_attention_backend=None)
+    monkeypatch.setattr(sa, "get_global_server_args", lambda: args)
+    copy, reason = duplicate.server_copy_decision()
+    assert copy is (not in_place) and reason
+    args.attention_backend = "trtllm_mha"  # a backend the in-place hooks do not serve: copy
+    assert duplicate.server_copy_decision()[0] is True
+    args.attention_backend, args.dcp_size = "fa3", 2
+    assert duplicate.server_copy_decision()[0] is True
+
+
+def test_an_hnd_pool_keeps_the_copy(monkeypatch):
+    monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
+    assert _census(_draft_backend())[0] is False
+
+
+def test_the_hooks_follow_the_setting_and_the_release():
+    from sglang_eagle_paged import hooks, settings
+    from sglang_eagle_paged.adapters import v2
+
+    def targets(env, version="0.5.23"):
+        return {h.target for h in v2.hooks(settings.parse(env), version)} & set(fa3_in_place.TARGETS.values())
+
+    assert targets({}) == set()  # off by default
+    assert targets({settings.FA3_IN_PLACE: "1", settings.MODE: "fake"}) == set()
+    assert targets({settings.FA3_IN_PLACE: "1"}, "0.5.17") == set()  # not proven there: copy as before
+    on = targets({settings.FA3_IN_PLACE: "1"})
+    assert on == set(fa3_in_place.TARGETS.values())
+    assert all(hooks.resolvable(t) is None for t in on)
