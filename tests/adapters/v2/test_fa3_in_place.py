@@ -211,7 +211,8 @@ def _cases():
         steps = rng.randint(2, 8)
         bs = rng.randint(1, 3) if page < 128 else 1
         out.append((3800 + n, bs, topk, page, steps, kinds[n % len(kinds)]))
-    return out
+    # the ends of the ranges (steps 1 runs no draft decode forward: nothing to read)
+    return out + [(3816, 2, 2, 256, 8, "random"), (3817, 3, 10, 2, 8, "tail")]
 
 
 CASES = _cases()
