@@ -342,3 +342,23 @@ def test_the_hooks_follow_the_setting_and_the_release():
     on = targets({settings.FA3_IN_PLACE: "1"})
     assert on == set(fa3_in_place.TARGETS.values())
     assert all(hooks.resolvable(t) is None for t in on)
+
+
+def test_the_plugin_installs_the_hooks_only_with_the_setting():
+    """Through SGLang's own plugin loading and HookRegistry (each run in its own interpreter: the
+    hooks cannot be undone): with the setting every in-place hook takes, without it none is there."""
+    import json
+    import os
+    import subprocess
+
+    probe = ("from sglang.srt.plugins import load_plugins; load_plugins(); "
+             "from sglang.srt.plugins.hook_registry import HookRegistry; import json; "
+             "print('RESULT ' + json.dumps(sorted(HookRegistry._patched)))")
+    targets = set(fa3_in_place.TARGETS.values())
+    for value, want in (("1", targets), ("", set())):
+        env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS")}
+        env.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED_FA3_IN_PLACE=value)
+        p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+        lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, p.stderr[-3000:]
+        assert set(json.loads(lines[-1][len("RESULT "):])) & targets == want
