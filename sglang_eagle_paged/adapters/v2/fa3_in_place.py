@@ -35,6 +35,9 @@ The duplication skips the copy only when every draft-runner FA3 backend built is
 is in docs/backend_reads.md. SGLang is not imported here.
 """
 
+import logging
+import os
+
 FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
 BACKEND = FA3_MODULE + ".FlashAttentionBackend"
 TARGETS = {
@@ -45,9 +48,6 @@ TARGETS = {
 }
 REASON = ("fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): the first pass reads the prefix's "
           "partial last page, the expand pass only each branch's own draft slots")
-
-import logging
-import os
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -62,7 +62,8 @@ def rewrite_draft_metadata(metadata, expand, seq_lens, cache_loc, decode_length:
     builder left them for this draft step; ``seq_lens``: the requests' committed lengths (bs,);
     ``cache_loc``: ``out_cache_loc`` viewed ``(bs * topk, num_steps)`` (branch-major, as SGLang
     views it); ``decode_length``: ``speculative_step_id + 1``. The expand page table must be at
-    least ``decode_length`` wide (SGLang's is ``num_steps`` wide, and ``decode_length < num_steps``).
+    least ``decode_length`` wide (SGLang's eager one is ``num_steps`` wide, its CUDA-graph one
+    ``decode_length + 1``).
     """
     n = expand.cache_seqlens_int32.shape[0]
     metadata.cache_seqlens_int32.copy_(seq_lens)  # the whole prefix, partial last page included
