@@ -21,6 +21,9 @@ from packaging.version import Version
 V1_PATCHED = (Version("0.5.8"), Version("0.5.10.post1"))
 V1_PLUGIN = (Version("0.5.11"), Version("0.5.12.post1"))
 V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
+# Where fa3's in-place draft reads (SGLANG_EAGLE_PAGED_FA3_IN_PLACE) are proven on SGLang's own
+# builders (tests/adapters/v2/test_fa3_in_place.py); elsewhere the setting does nothing.
+FA3_IN_PLACE_PROVEN = (Version("0.5.23"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.
 OLDEST = V1_PATCHED[0]
@@ -86,6 +89,16 @@ def support(version: str | None = None, *, check_hook_points=None) -> Support:
                        f"SGLang {version} is newer than {V2_TESTED[1]} and its draft hook points changed "
                        f"({changed}); SGLang's own path serves")
     return Support(version, "v2", "untested")
+
+
+def fa3_in_place_problem(version: str | None = None) -> str | None:
+    """None where fa3's in-place draft reads are proven for ``version`` (default: installed); else
+    why the setting does nothing there, in one line."""
+    version = installed_version() if version is None else version
+    if version is not None and _within(Version(version), FA3_IN_PLACE_PROVEN):
+        return None
+    return (f"SGLANG_EAGLE_PAGED_FA3_IN_PLACE does nothing on SGLang {version}: proven on "
+            f"{FA3_IN_PLACE_PROVEN[0]} .. {FA3_IN_PLACE_PROVEN[1]} only; fa3 copies the prefix tail as before")
 
 
 def patched_release(version: str | None = None) -> str | None:

@@ -7,7 +7,8 @@ User settings:
 - ``SGLANG_EAGLE_PAGED_CHECK_PREFIX``: the debug check that a step leaves every prefix's KV as it was.
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
-``SGLANG_EAGLE_PAGED_FA3_EXPAND``, ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_FA3_EXPAND``, ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default until the
+GPU has proven it), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
@@ -25,12 +26,13 @@ MODE = "SGLANG_EAGLE_PAGED"
 ALLOW_TRITON = "SGLANG_EAGLE_PAGED_ALLOW_TRITON"
 CHECK_PREFIX = "SGLANG_EAGLE_PAGED_CHECK_PREFIX"
 FA3_EXPAND = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
+FA3_IN_PLACE = "SGLANG_EAGLE_PAGED_FA3_IN_PLACE"
 VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
 DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
 GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
 SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
-ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
 # Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
 # which start-up says in one line (unused_by).
 V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE)
@@ -67,6 +69,7 @@ class Settings:
     check_prefix: bool = False
     fa3_expand: FA3Expand = FA3Expand.FUSED
     fa3_expand_explicit: bool = False
+    fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (CPU-proven, GPU pending)
     verify_free: bool = True
     direct_launch: bool = True
     gc_stats_dir: str | None = None
@@ -113,6 +116,7 @@ def parse(env=None) -> Settings:
         check_prefix=_bool(env, CHECK_PREFIX, False),
         fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, FA3Expand.FUSED, fa3_aliases),
         fa3_expand_explicit=bool(_raw(env, FA3_EXPAND)),
+        fa3_in_place=_bool(env, FA3_IN_PLACE, False),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
         gc_stats_dir=gc_dir or None,

@@ -19,17 +19,18 @@ def test_mode(raw, want):
 
 
 @pytest.mark.parametrize("name", [settings.ALLOW_TRITON, settings.CHECK_PREFIX, settings.VERIFY_FREE,
-                                  settings.DIRECT_LAUNCH])
+                                  settings.DIRECT_LAUNCH, settings.FA3_IN_PLACE])
 @pytest.mark.parametrize("raw,want", [("1", True), ("on", True), ("TRUE", True), ("yes", True),
                                       ("0", False), ("off", False), ("False", False), ("no", False)])
 def test_every_boolean_takes_the_same_words(name, raw, want):
     field = {settings.ALLOW_TRITON: "allow_triton", settings.CHECK_PREFIX: "check_prefix",
-             settings.VERIFY_FREE: "verify_free", settings.DIRECT_LAUNCH: "direct_launch"}[name]
+             settings.VERIFY_FREE: "verify_free", settings.DIRECT_LAUNCH: "direct_launch",
+             settings.FA3_IN_PLACE: "fa3_in_place"}[name]
     assert getattr(parse({name: raw}), field) is want
 
 
 @pytest.mark.parametrize("name", [settings.MODE, settings.ALLOW_TRITON, settings.CHECK_PREFIX, settings.FA3_EXPAND,
-                                  settings.VERIFY_FREE, settings.DIRECT_LAUNCH])
+                                  settings.VERIFY_FREE, settings.DIRECT_LAUNCH, settings.FA3_IN_PLACE])
 def test_an_unknown_value_is_one_line_naming_the_variable_and_its_values(name):
     with pytest.raises(SettingsError) as exc:
         parse({name: "maybe"})
@@ -56,6 +57,10 @@ def test_settings_the_v2_adapter_never_reads_are_named():
     assert settings.unused_by("v2", env) == [settings.ALLOW_TRITON, settings.FA3_EXPAND]
     assert settings.unused_by("v1", env) == [] and settings.unused_by(None, env) == []
     assert settings.unused_by("v2", {settings.FA3_EXPAND: " "}) == []
+
+
+def test_fa3_in_place_is_off_by_default():  # until the GPU has proven it (issue 38)
+    assert parse({}).fa3_in_place is False
 
 
 def test_gc_stats_is_a_directory_or_nothing():

@@ -3,9 +3,12 @@
 One hot-path hook: the paged tree draft's prefix-tail duplication
 (``duplicate_prefix_tail_to_draft_branches``, :mod:`.duplicate`), in the module home of the
 installed release (:mod:`.hook_points`). Its kernel compiles when the draft worker's pool is
-allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`.
+allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`. With
+``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` on, fa3's draft reads the prefix tail in place and nothing is
+copied for it (:mod:`.fa3_in_place`; off by default, proven on CPU, GPU pending).
 """
 
+import logging
 import pkgutil
 
 from ...hooks import Hook
@@ -14,6 +17,7 @@ from . import hook_points
 from .hook_points import check_hook_points  # noqa: F401  (the release table's check)
 
 GENERATION = "v2"
+logger = logging.getLogger("sglang_eagle_paged")
 
 
 def _mode(settings_or_mode) -> Mode:
@@ -45,7 +49,21 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
     out = [Hook(home.target, duplicate.make_hook(mode), "around")]
     if mode is Mode.ON:  # fake launches nothing: nothing to compile
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
+    if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
+        out += fa3_in_place_hooks(version)
     return out
+
+
+def fa3_in_place_hooks(version: str | None = None) -> list:
+    """fa3's in-place draft reads where they are proven for ``version``; elsewhere none, one line."""
+    from ...releases import fa3_in_place_problem
+    from . import fa3_in_place
+
+    problem = fa3_in_place_problem(version)
+    if problem:
+        logger.info("[sglang-eagle-paged] %s", problem)
+        return []
+    return [Hook(target, fn, kind) for target, fn, kind in fa3_in_place.hooks()]
 
 
 def installed(hooked: list) -> None:

@@ -22,7 +22,7 @@ import logging
 
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
-from . import backends, pools
+from . import backends, fa3_in_place, pools
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -37,7 +37,11 @@ def server_copy_decision() -> tuple:
         args = None
     if args is None:
         return True, "no server arguments in this process: copy as SGLang does"
-    return backends.copy_needed(args)
+    copy, reason = backends.copy_needed(args)
+    if copy and backends.draft_decode_backend(args) == "fa3":  # fa3 reading in place needs no copy
+        in_place, why = fa3_in_place.engaged(args)
+        return (False, why) if in_place else (copy, f"{reason}; {why}")
+    return copy, reason
 
 
 def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk: int,

@@ -1,0 +1,178 @@
+"""FA3 tree drafting at page > 1 that reads the prefix tail in place: nothing to copy (issue 38).
+
+SGLang's FA3 draft decode with topk > 1 (``FlashAttentionBackend``, 0.5.13 .. 0.5.23) attends in
+two passes merged by their log-sum-exp. At page > 1 it splits them so that the copy is needed:
+
+- the first pass reads the prefix minus its partial last page (``cache_seqlens = seq_len - last``);
+- the expand pass reads ``last + decode_length`` tokens of each branch through a page table of the
+  branch's own pages (``draft_decode_set_expand_metadata``): from offset 0 of its first page, so
+  the ``last`` holes that the prefix-tail copy fills, then its draft tokens.
+
+Nothing forces that split. Here the first pass reads the whole prefix, its partial last page in
+place (the page table SGLang built already holds that page: its width covers the full
+``seq_len``), and the expand pass reads only the branch's ``decode_length`` draft slots through
+a per-token page table (the slot ids themselves) over a page-size-1 view of the same KV buffer,
+as SGLang's own page-size-1 mode reads it. Same keys, same log-sum-exp merge, no hole read.
+
+The two pieces are sync-free tensor ops that a CUDA graph can capture:
+:func:`rewrite_draft_metadata` (after SGLang's builders, eager or graph capture/replay) and
+:func:`per_token_view` (the KV buffers the expand call must be given). The hooks (behind
+``SGLANG_EAGLE_PAGED_FA3_IN_PLACE``, off by default, on the releases ``releases.py`` lists as
+proven) are the thinnest glue SGLang allows:
+
+- AFTER ``FlashAttentionBackend.__init__``: a draft runner's backend says whether it is a plain
+  MHA one the proof covers (:func:`after_backend_init`);
+- AFTER ``init_forward_metadata`` and ``init_forward_metadata_out_graph``: the rewrite, on the
+  draft decode's topk > 1 metadata only (:func:`after_metadata`);
+- AROUND the backend module's ``flash_attn_with_kvcache`` global: a call whose page table the
+  rewrite marked gets the page-size-1 view (:func:`around_flash_attn`). Only the expand call of
+  the draft decode passes that table: the expand metadata is set only by the draft decode and
+  target-verify builders, and the target verify's is a different object SGLang already reads
+  per token.
+
+The duplication skips the copy only when every draft-runner FA3 backend built is covered
+(:func:`engaged`). The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
+is in docs/backend_reads.md. SGLang is not imported here.
+"""
+
+import logging
+import os
+
+FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
+BACKEND = FA3_MODULE + ".FlashAttentionBackend"
+TARGETS = {
+    "init": BACKEND + ".__init__",
+    "eager": BACKEND + ".init_forward_metadata",
+    "graph": BACKEND + ".init_forward_metadata_out_graph",
+    "kernel": FA3_MODULE + ".flash_attn_with_kvcache",
+}
+REASON = ("fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): the first pass reads the prefix's "
+          "partial last page, the expand pass only each branch's own draft slots")
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+# An attribute on the expand page table: read it through per_token_view, not by page.
+PER_TOKEN = "_sglang_eagle_paged_per_token"
+
+
+def rewrite_draft_metadata(metadata, expand, seq_lens, cache_loc, decode_length: int) -> None:
+    """Turn SGLang's page > 1 draft-decode metadata into the in-place form, in place.
+
+    ``metadata``/``expand``: the first and expand pass's ``FlashAttentionMetadata`` as SGLang's
+    builder left them for this draft step; ``seq_lens``: the requests' committed lengths (bs,);
+    ``cache_loc``: ``out_cache_loc`` viewed ``(bs * topk, num_steps)`` (branch-major, as SGLang
+    views it); ``decode_length``: ``speculative_step_id + 1``. The expand page table must be at
+    least ``decode_length`` wide (SGLang's eager one is ``num_steps`` wide, its CUDA-graph one
+    ``decode_length + 1``).
+    """
+    n = expand.cache_seqlens_int32.shape[0]
+    metadata.cache_seqlens_int32.copy_(seq_lens)  # the whole prefix, partial last page included
+    expand.cache_seqlens_int32.fill_(decode_length)  # the branch's own draft tokens only
+    expand.page_table[:n, :decode_length].copy_(cache_loc[:n, :decode_length])
+    setattr(expand.page_table, PER_TOKEN, True)
+
+
+def is_per_token(page_table) -> bool:
+    """Whether ``page_table`` is an expand page table :func:`rewrite_draft_metadata` wrote."""
+    return getattr(page_table, PER_TOKEN, False)
+
+
+def per_token_view(paged_cache):
+    """The ``(pages, page_size, heads, dim)`` KV view FA3 reads by page, as pages of one slot:
+    ``(pages * page_size, 1, heads, dim)``, the same memory (no copy)."""
+    return paged_cache.view(-1, 1, *paged_cache.shape[2:])
+
+
+# --------------------------------------------------------------------------- the hooks
+
+# Draft-runner FA3 backends seen at page > 1, topk > 1: how many are covered, and why the others
+# are not (one line each). The duplication's decision reads it at the first draft step, after
+# the draft workers (and so their backends) are built.
+_SEEN = {"covered": 0, "not": []}
+_HND_ENV = "SGLANG_USE_HND_KVCACHE"
+
+
+def not_covered(backend) -> str | None:
+    """None where the proof covers ``backend`` (FA3, MHA, plain pool, no translated reads, no
+    sliding-window layers, no local attention, no KV sharding); else why not, in one line."""
+    if getattr(backend, "fa_impl_ver", 3) != 3:
+        return f"FlashAttention {backend.fa_impl_ver} is not covered by the proof (FA3 is)"
+    checks = (
+        ("use_mla", True, "MLA"),
+        ("has_swa", True, "sliding-window attention"),
+        ("use_sliding_window_kv_pool", True, "a sliding-window pool"),
+        ("local_attn_builder", None, "chunked local attention"),
+        ("_kv_shard_pool", None, "KV sharding"),
+    )
+    for attr, bad, what in checks:
+        value = getattr(backend, attr, bad)
+        if (value is not None) if bad is None else bool(value):
+            return f"{what} is not covered by the proof"
+    translator = getattr(backend, "kv_index_translator", None)
+    if translator is None or getattr(translator, "is_translating", True):
+        return "translated KV reads are not covered by the proof"
+    if (getattr(backend, "attn_cp_size", 1) or 1) > 1:
+        return "attention context parallelism is not covered by the proof"
+    if os.environ.get(_HND_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return f"{_HND_ENV} (HND pool layout) is not covered by the proof"
+    return None
+
+
+def after_backend_init(result, backend, *args, **kwargs):
+    if not getattr(backend, "is_draft_runner", False) or backend.topk <= 1 or backend.page_size <= 1:
+        return None
+    problem = not_covered(backend)
+    backend._sglang_eagle_paged_in_place = problem is None
+    if problem is None:
+        _SEEN["covered"] += 1
+    else:
+        _SEEN["not"].append(problem)
+        logger.info("[sglang-eagle-paged] fa3 in place off, the prefix tail is copied: %s", problem)
+    return None
+
+
+def engaged(server_args=None) -> tuple:
+    """``(True, reason)`` when every draft FA3 backend built reads in place; else ``(False, why)``."""
+    if (getattr(server_args, "dcp_size", 1) or 1) > 1:
+        return False, "fa3 in place off: decode context parallelism is not covered by the proof"
+    if _SEEN["not"]:
+        return False, f"fa3 in place off: {_SEEN['not'][0]}"
+    if not _SEEN["covered"]:
+        return False, "fa3 in place off: no draft FA3 backend at page > 1, topk > 1 was built"
+    return True, REASON
+
+
+def after_metadata(result, backend, forward_batch, *args, **kwargs):
+    """After either builder: the draft decode's topk > 1 metadata in the in-place form."""
+    if not getattr(backend, "_sglang_eagle_paged_in_place", False):
+        return None
+    if forward_batch.spec_info is None or not forward_batch.forward_mode.is_decode_or_idle():
+        return None
+    expand = backend.forward_metadata_spec_decode_expand
+    if expand is None or backend.speculative_num_steps <= 0:
+        return None
+    metadata = backend.forward_metadata
+    out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
+    if out_cache_loc is None:  # graph capture: the replay fills the tables; only the mark counts
+        setattr(expand.page_table, PER_TOKEN, True)
+        return None
+    bs = metadata.cache_seqlens_int32.shape[0]
+    rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
+                           out_cache_loc.view(-1, backend.speculative_num_steps),
+                           backend.speculative_step_id + 1)
+    return None
+
+
+def around_flash_attn(original, *args, **kwargs):
+    if is_per_token(kwargs.get("page_table")):
+        kwargs["k_cache"] = per_token_view(kwargs["k_cache"])
+        kwargs["v_cache"] = per_token_view(kwargs["v_cache"])
+    return original(*args, **kwargs)
+
+
+def hooks() -> list:
+    """``(target, function, kind)`` for :mod:`sglang_eagle_paged.hooks`."""
+    return [(TARGETS["init"], after_backend_init, "after"),
+            (TARGETS["eager"], after_metadata, "after"),
+            (TARGETS["graph"], after_metadata, "after"),
+            (TARGETS["kernel"], around_flash_attn, "around")]

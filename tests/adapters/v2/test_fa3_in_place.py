@@ -1,0 +1,364 @@
+"""FA3 tree drafting at page > 1 reading the prefix tail in place (issue 38, the CPU proof):
+SGLang's metadata over the copied KV and ours over the uncopied KV give the same attention at
+every draft step, and ours reads only the prefix and the branch's own draft slots.
+
+SGLang's own code decides everything but the attention arithmetic, run on CPU:
+
+- the tree, the rows and the copy targets: ``test_backend_reads``'s cases (SGLang's allocation
+  sizes, shared prefix pages) and SGLang's ``prepare_for_draft`` on a real ``MHATokenToKVPool``
+  (bf16), its copy recorded;
+- both passes' metadata: ``FlashAttentionBackend.init_forward_metadata`` itself (eager, the
+  ``topk > 1`` draft-decode branch and its ``page_size > 1`` split), and its CUDA-graph
+  counterpart (``init_cuda_graph_state``, then ``init_forward_metadata_out_graph`` capturing,
+  then replaying), then for ours the AFTER hooks :mod:`fa3_in_place` installs on them, called
+  as SGLang's HookRegistry calls them;
+- the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` (the view both of SGLang's
+  calls get), through our AROUND hook on ``flash_attn_with_kvcache`` for ours.
+
+FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
+reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
+of ``cu_seqlens_q``, non-causal, returning the output and the log-sum-exp; the two passes are
+merged as ``merge_state_v2`` merges them.
+"""
+
+import math
+import random
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sglang")
+fa3b = pytest.importorskip("sglang.srt.layers.attention.flashattention_backend")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_backend_reads import (  # noqa: E402
+    HEAD_DIM, HEADS, _case, _expected_reads, _prepare_for_draft, _translator, draft_decode_set_expand_metadata)
+
+from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+
+from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
+from sglang_eagle_paged.adapters.v2.fa3_in_place import (  # noqa: E402
+    after_backend_init, after_metadata, around_flash_attn, is_per_token)
+
+torch.set_num_threads(1)
+
+SCALE = 1.0 / math.sqrt(HEAD_DIM)
+
+
+# --------------------------------------------------------------------------- FA3, in plain torch
+
+
+def fa3_reference(*, q, k_cache, v_cache, page_table, cache_seqlens, cu_seqlens_q, **_):
+    """What ``flash_attn_with_kvcache`` computes for paged, non-causal decode, in fp32:
+    ``(out, lse, slots)``, ``slots[z]`` being the slots batch entry ``z`` read (as
+    ``page * page_size + offset`` in the buffer's own slot numbering)."""
+    page = k_cache.shape[1]
+    k_flat = k_cache.reshape(-1, *k_cache.shape[2:]).float()
+    v_flat = v_cache.reshape(-1, *v_cache.shape[2:]).float()
+    out = torch.zeros(q.shape, dtype=torch.float32)
+    lse = torch.full(q.shape[:2], -math.inf, dtype=torch.float32)
+    slots = []
+    for z in range(cache_seqlens.numel()):
+        j = torch.arange(int(cache_seqlens[z]))
+        s = page_table[z, j // page].long() * page + j % page
+        slots.append(s)
+        if s.numel() == 0:
+            continue
+        rows = slice(int(cu_seqlens_q[z]), int(cu_seqlens_q[z + 1]))
+        logits = torch.einsum("qhd,khd->qhk", q[rows].float(), k_flat[s]) * SCALE
+        lse[rows] = torch.logsumexp(logits, dim=-1)
+        out[rows] = torch.einsum("qhk,khd->qhd", torch.softmax(logits, dim=-1), v_flat[s])
+    return out, lse, slots
+
+
+def merge(o_a, lse_a, o_b, lse_b):
+    """``merge_state_v2``: the two passes' softmax-weighted outputs by their log-sum-exp."""
+    m = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    return (o_a * w_a[..., None] + o_b * w_b[..., None]) / (w_a + w_b)[..., None]
+
+
+def two_pass(q, key_cache, value_cache, metadata, expand, attn=fa3_reference):
+    """SGLang's ``forward_decode`` cascade (``use_cascade_attn``): both passes through ``attn``
+    (the module's ``flash_attn_with_kvcache``, with SGLang's keyword arguments), merged; plus
+    every slot the two passes read, per branch."""
+    o, lse, first_slots = attn(q=q, k_cache=key_cache, v_cache=value_cache,
+                               page_table=metadata.page_table,
+                               cache_seqlens=metadata.cache_seqlens_int32,
+                               cu_seqlens_q=metadata.cu_seqlens_q)
+    o_e, lse_e, expand_slots = attn(q=q, k_cache=key_cache, v_cache=value_cache,
+                                    page_table=expand.page_table,
+                                    cache_seqlens=expand.cache_seqlens_int32,
+                                    cu_seqlens_q=expand.cu_seqlens_q,
+                                    cu_seqlens_k_new=expand.cu_seqlens_k)
+    topk = q.shape[0] // len(first_slots)
+    reads = [torch.cat([first_slots[z // topk], expand_slots[z]]) for z in range(q.shape[0])]
+    return merge(o, lse, o_e, lse_e), reads
+
+
+def ours(*, k_cache, v_cache, **kwargs):
+    """The hooked ``flash_attn_with_kvcache``: our AROUND hook over FA3's stand-in."""
+    return around_flash_attn(fa3_reference, k_cache=k_cache, v_cache=v_cache, **kwargs)
+
+
+# --------------------------------------------------------------------------- SGLang's builders
+
+
+def _backend(case, step_id):
+    """SGLang's ``FlashAttentionBackend`` as its ``__init__`` leaves it for a draft runner on a
+    plain MHA pool (the attributes ``init_forward_metadata``'s draft-decode path reads)."""
+    be = object.__new__(fa3b.FlashAttentionBackend)
+    be.topk, be.speculative_num_steps, be.speculative_step_id = case.topk, case.steps, step_id
+    be.page_size, be.device = case.page, "cpu"
+    be.max_context_len = case.r2t.shape[1]
+    be.req_to_token_pool = SimpleNamespace(req_to_token=case.r2t)
+    be.req_to_token = case.r2t
+    be.token_to_kv_pool = case.pool
+    be.kv_index_translator = _translator(case.r2t)
+    be.kv_index_translator.is_translating = False
+    be.use_sliding_window_kv_pool = False
+    be._kv_shard_pool = None
+    be.local_attn_builder = None  # no chunked local attention (llama4): SGLang checks it
+    be.is_prefill_aware_swa = False
+    be.use_mla, be.attn_cp_size, be.is_draft_runner = False, 1, True
+    be.has_swa, be.fa_impl_ver = False, 3
+    be.forward_metadata_spec_decode_expand = None
+    return be
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend_census(monkeypatch):
+    monkeypatch.setattr(fa3_in_place, "_SEEN", {"covered": 0, "not": []})
+
+
+@pytest.fixture(autouse=True)
+def _expand_builder_as_written(monkeypatch):
+    """SGLang's ``draft_decode_set_expand_metadata`` as written, not its torch.compile wrapper
+    (which compiles per shape with inductor on CPU: minutes, same arithmetic)."""
+    monkeypatch.setattr(fa3b, "draft_decode_set_expand_metadata", draft_decode_set_expand_metadata)
+
+
+def _forward_batch(case, prep):
+    return SimpleNamespace(
+        forward_mode=ForwardMode.DECODE, batch_size=case.bs, seq_lens=case.seq_lens.clone(),
+        seq_lens_cpu=case.seq_lens.clone(), req_pool_indices=case.req_pool_indices.clone(),
+        out_cache_loc=prep.out_cache_loc, spec_info=SimpleNamespace(), encoder_lens=None,
+        kv_loc_plan=None, positions=torch.zeros(case.bs * case.topk, dtype=torch.int64),
+    )
+
+
+def _graph_backend(case, step_id):
+    """The backend after ``init_cuda_graph_state`` (as a CUDA-graph draft runner leaves it)."""
+    be = _backend(case, step_id)
+    be.is_draft_runner, be.is_encoder_decoder, be.skip_prefill, be.use_mla = True, False, False, False
+    be.sliding_window_size, be._verify_mask = None, None
+    be._get_scheduler_metadata = None  # sgl_kernel's FA3 scheduler: CUDA only
+    be._decode_uses_static_max_seqlen_k = False  # FA4 only
+    be.needs_cpu_seq_lens = False
+    be.speculative_num_draft_tokens = case.topk * case.steps + 1
+    be.init_cuda_graph_state(case.bs, case.bs * case.topk)
+    return be
+
+
+def _draft_step_metadata(case, prep, step_id, builder, in_place=False):
+    """``(backend, metadata, expand)`` SGLang builds for draft step ``step_id``: eagerly
+    (``init_forward_metadata``), or as a CUDA graph is captured then replayed
+    (``init_forward_metadata_out_graph`` with ``in_capture`` True, then False). ``in_place``:
+    with our AFTER hooks run as SGLang's HookRegistry runs them (after the backend's
+    ``__init__``, after each builder)."""
+    after = after_metadata if in_place else (lambda *a, **kw: None)
+    if builder == "eager":
+        be = _backend(case, step_id)
+        if in_place:
+            after_backend_init(None, be)
+        fb = _forward_batch(case, prep)
+        after(be.init_forward_metadata(fb), be, fb)
+    else:
+        be = _graph_backend(case, step_id)
+        if in_place:
+            after_backend_init(None, be)
+        for capture in (True, False):
+            fb = _forward_batch(case, prep)
+            after(be.init_forward_metadata_out_graph(fb, in_capture=capture), be, fb, in_capture=capture)
+    return be, be.forward_metadata, be.forward_metadata_spec_decode_expand
+
+
+LAYER = SimpleNamespace(layer_id=0, tp_k_head_num=HEADS, tp_v_head_num=HEADS, head_dim=HEAD_DIM,
+                        v_head_dim=HEAD_DIM)
+
+
+def _paged_kv(be, k, v):
+    """The backend's paged view of the pool's layer-0 buffers after writing ``k``, ``v`` into them."""
+    be.token_to_kv_pool.k_buffer[0].copy_(k)
+    be.token_to_kv_pool.v_buffer[0].copy_(v)
+    return be.get_paged_mha_kv_cache(LAYER)
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+def _cases():
+    rng = random.Random(38)
+    out = []
+    kinds = ["random", "aligned", "one", "tail"]
+    pages = [2, 4, 16, 64, 128, 256]
+    for n in range(16):
+        page = pages[n % len(pages)] if n < 12 else rng.choice(pages)
+        topk = rng.randint(2, 10)
+        steps = rng.randint(2, 8)
+        bs = rng.randint(1, 3) if page < 128 else 1
+        out.append((3800 + n, bs, topk, page, steps, kinds[n % len(kinds)]))
+    # the ends of the ranges (steps 1 runs no draft decode forward: nothing to read)
+    return out + [(3816, 2, 2, 256, 8, "random"), (3817, 3, 10, 2, 8, "tail")]
+
+
+CASES = _cases()
+
+
+def _case_id(c):
+    return f"s{c[0]}-bs{c[1]}-topk{c[2]}-page{c[3]}-steps{c[4]}-{c[5]}"
+
+
+def _bf16_case(params, monkeypatch):
+    case = _case(*params)
+    for buf in case.pool.k_buffer + case.pool.v_buffer:  # bf16 KV, as served
+        buf.copy_(buf.bfloat16().float())
+    prep = _prepare_for_draft(case, monkeypatch)
+    return case, prep
+
+
+@pytest.mark.parametrize("builder", ["eager", "graph"])
+@pytest.mark.parametrize("params", CASES, ids=_case_id)
+def test_in_place_reads_give_sglangs_attention_without_the_copy(params, builder, monkeypatch):
+    """At every draft step: SGLang's two passes over the KV after its copy, and ours over the
+    KV without it (every copy target NaN), give the same attention within bf16 rounding, and
+    each branch of ours reads exactly its prefix, then its own draft slots."""
+    case, prep = _bf16_case(params, monkeypatch)
+    pool = case.pool
+    k_copied, v_copied = pool.k_buffer[0].clone(), pool.v_buffer[0].clone()  # prepare_for_draft copied
+    k_holes, v_holes = k_copied.clone(), v_copied.clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    g = torch.Generator().manual_seed(params[0])
+    for step in range(case.steps - 1):  # SGLang's draft runs steps - 1 decode forwards
+        q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=g).bfloat16().float()
+        be, md, ex = _draft_step_metadata(case, prep, step, builder)
+        theirs, their_reads = two_pass(q, *_paged_kv(be, k_copied, v_copied), md, ex)
+
+        be, md, ex = _draft_step_metadata(case, prep, step, builder, in_place=True)
+        assert is_per_token(ex.page_table)
+        out, our_reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)
+
+        assert torch.isfinite(out).all(), f"step {step}: a hole was read"
+        torch.testing.assert_close(out, theirs, rtol=2 ** -8, atol=2 ** -8, msg=f"step {step}")
+        expected = _expected_reads(case, prep, step)
+        for z, (got, want) in enumerate(zip(our_reads, expected, strict=True)):
+            assert torch.equal(got, want), f"step {step} branch {z}"
+
+
+@pytest.mark.parametrize("builder", ["eager", "graph"])
+@pytest.mark.parametrize("params", [c for c in CASES if c[5] in ("random", "tail")][:3], ids=_case_id)
+def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, builder, monkeypatch):
+    """The control, so the comparison above can fail: SGLang's own metadata over the KV without
+    the copy reads holes (NaN out), and reads every copy target."""
+    case, prep = _bf16_case(params, monkeypatch)
+    assert prep.tgt.numel() > 0
+    k_holes, v_holes = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(1))
+    step = case.steps - 2
+    be, md, ex = _draft_step_metadata(case, prep, step, builder)
+    out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)  # unmarked: as SGLang
+    assert torch.isnan(out).any()
+    assert torch.isin(prep.tgt, torch.cat(reads)).all()
+
+
+# --------------------------------------------------------------------------- the glue
+
+
+def _census(*backends):
+    for be in backends:
+        after_backend_init(None, be)
+    return fa3_in_place.engaged()
+
+
+def _draft_backend(**kw):
+    be = SimpleNamespace(is_draft_runner=True, topk=4, page_size=16, use_mla=False, has_swa=False, fa_impl_ver=3,
+                         use_sliding_window_kv_pool=False, local_attn_builder=None, _kv_shard_pool=None,
+                         kv_index_translator=SimpleNamespace(is_translating=False), attn_cp_size=1)
+    vars(be).update(kw)
+    return be
+
+
+@pytest.mark.parametrize("backends, in_place", [
+    ([], False),  # the hooks never ran (setting off, or no FA3 draft backend)
+    ([{}, {}], True),
+    ([{}, {"use_mla": True}], False),
+    ([{}, {"use_sliding_window_kv_pool": True}], False),
+    ([{"kv_index_translator": SimpleNamespace(is_translating=True)}], False),
+    ([{"local_attn_builder": object()}], False),
+    ([{"attn_cp_size": 2}], False),
+    ([{"fa_impl_ver": 4}], False),
+    ([{"has_swa": True}], False),
+    ([{}, {"is_draft_runner": False, "use_mla": True}], True),  # the target's backend: not drafting
+])
+def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
+    from sglang.srt import server_args as sa
+
+    from sglang_eagle_paged.adapters.v2 import duplicate
+
+    monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
+    assert _census(*[_draft_backend(**kw) for kw in backends])[0] is in_place
+    args = SimpleNamespace(speculative_eagle_topk=8, page_size=64, attention_backend="fa3",
+                           decode_attention_backend=None, speculative_draft_attention_backend=None)
+    monkeypatch.setattr(sa, "get_global_server_args", lambda: args)
+    copy, reason = duplicate.server_copy_decision()
+    assert copy is (not in_place) and reason
+    args.attention_backend = "trtllm_mha"  # a backend the in-place hooks do not serve: copy
+    assert duplicate.server_copy_decision()[0] is True
+    args.attention_backend, args.dcp_size = "fa3", 2
+    assert duplicate.server_copy_decision()[0] is True
+
+
+def test_an_hnd_pool_keeps_the_copy(monkeypatch):
+    monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
+    assert _census(_draft_backend())[0] is False
+
+
+def test_the_hooks_follow_the_setting_and_the_release():
+    from sglang_eagle_paged import hooks, settings
+    from sglang_eagle_paged.adapters import v2
+
+    def targets(env, version="0.5.23"):
+        return {h.target for h in v2.hooks(settings.parse(env), version)} & set(fa3_in_place.TARGETS.values())
+
+    assert targets({}) == set()  # off by default
+    assert targets({settings.FA3_IN_PLACE: "1", settings.MODE: "fake"}) == set()
+    assert targets({settings.FA3_IN_PLACE: "1"}, "0.5.17") == set()  # not proven there: copy as before
+    on = targets({settings.FA3_IN_PLACE: "1"})
+    assert on == set(fa3_in_place.TARGETS.values())
+    assert all(hooks.resolvable(t) is None for t in on)
+
+
+def test_the_plugin_installs_the_hooks_only_with_the_setting():
+    """Through SGLang's own plugin loading and HookRegistry (each run in its own interpreter: the
+    hooks cannot be undone): with the setting every in-place hook takes, without it none is there."""
+    import json
+    import os
+    import subprocess
+
+    probe = ("from sglang.srt.plugins import load_plugins; load_plugins(); "
+             "from sglang.srt.plugins.hook_registry import HookRegistry; import json; "
+             "print('RESULT ' + json.dumps(sorted(HookRegistry._patched)))")
+    targets = set(fa3_in_place.TARGETS.values())
+    for value, want in (("1", targets), ("", set())):
+        env = {k: v for k, v in os.environ.items() if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS")}
+        env.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED_FA3_IN_PLACE=value)
+        p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+        lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, p.stderr[-3000:]
+        assert set(json.loads(lines[-1][len("RESULT "):])) & targets == want
