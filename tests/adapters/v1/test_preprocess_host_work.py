@@ -8,46 +8,8 @@ its interpreter, whose own tensor traffic inside a launch is not counted) for SG
 docs/performance.md.)
 """
 
-import collections
-
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-
-class _Counter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-        self.launches = collections.Counter()
-        self.in_launch = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.in_launch:  # the interpreter's own copies inside a launch are not host dispatch
-            self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def _count(fn):
-    from triton.runtime.interpreter import InterpretedFunction
-
-    counter = _Counter()
-    real_run = InterpretedFunction.run
-
-    def run(self, *a, **k):
-        counter.launches[self.fn.__name__] += 1
-        counter.in_launch += 1
-        try:
-            return real_run(self, *a, **k)
-        finally:
-            counter.in_launch -= 1
-
-    InterpretedFunction.run = run
-    try:
-        with counter:
-            fn()
-    finally:
-        InterpretedFunction.run = real_run
-    return counter
+from helpers.op_count import count
 
 
 def _host_work(page, topk, steps, lens):
@@ -70,7 +32,7 @@ def _host_work(page, topk, steps, lens):
         batch = h.batch(ids)
         fn = (lambda: stock(w, batch)) if impl == "sglang" else (lambda: draft_preprocess_decode(w, batch, Mode.ON))
         fn()  # first call: lazy imports and caches
-        c = _count(fn)
+        c = count(fn)
         rows[f"{impl} page {p}"] = dict(torch_ops=sum(c.ops.values()), triton_launches=sum(c.launches.values()),
                                         launches=dict(c.launches), ops=dict(c.ops))
     return rows

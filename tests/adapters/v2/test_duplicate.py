@@ -1,9 +1,7 @@
 """The sync-free duplication equals SGLang 0.5.23's own, byte for byte, on its real pool:
 0 host reads, no torch op, one launch, one compiled variant for every batch."""
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +13,7 @@ import torch  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
+from helpers.op_count import count  # noqa: E402
 from sglang_eagle_paged.adapters.v2 import duplicate, pools  # noqa: E402
 from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import (  # noqa: E402
@@ -28,16 +27,6 @@ OURS = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "these tests co
 KERNEL = "_duplicate_prefix_tail_kernel"
 
 
-def _count_ops():
-    """scripts/count_preprocess_ops.py's counter: torch ops dispatched outside Triton launches, and the launches."""
-    path = Path(__file__).resolve().parents[3] / "scripts" / "count_preprocess_ops.py"
-    spec = importlib.util.spec_from_file_location("count_preprocess_ops", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.count
-
-
-count_ops = _count_ops()
 
 
 def run_both(pool, rows, seq_lens, page, topk, steps):
@@ -157,7 +146,7 @@ def test_the_duplication_is_one_launch_and_no_torch_op():
     pool, rows = support.layout_rows(seq, page, topk, steps, seed=12)
     args = support.draft_args(seq, page, steps)
     assert pools.copy_table(pool) is not None
-    c = count_ops(lambda: OURS(SGLANG_FN, pool, rows, *args, topk, page))
+    c = count(lambda: OURS(SGLANG_FN, pool, rows, *args, topk, page))
     assert dict(c.ops) == {} and dict(c.launches) == {KERNEL: 1}, (c.ops, c.launches)
 
 
@@ -168,9 +157,9 @@ def test_the_op_counter_sees_a_torch_pair_build():
     pool, rows = support.layout_rows(seq, page, topk, steps, seed=12)
     args = support.draft_args(seq, page, steps)
     table = pools.copy_table(pool)
-    torch_built = count_ops(lambda: duplicate_kv_pairs(table, *tail_pairs(rows, *args, topk, page)))
+    torch_built = count(lambda: duplicate_kv_pairs(table, *tail_pairs(rows, *args, topk, page)))
     assert sum(torch_built.ops.values()) > 0 and dict(torch_built.launches) == {"_duplicate_kv_kernel": 1}
-    theirs = count_ops(lambda: SGLANG_FN(pool, rows, *args, topk, page))
+    theirs = count(lambda: SGLANG_FN(pool, rows, *args, topk, page))
     assert sum(theirs.ops.values()) > 0 and theirs.ops["gather"] == 2
 
 
