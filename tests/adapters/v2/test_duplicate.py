@@ -20,7 +20,7 @@ from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
 SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
-OURS = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "these tests compare copies"))
+OURS = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "these tests compare copies"))
 
 
 def run_both(pool, rows, seq_lens, page, topk, steps):
@@ -185,7 +185,7 @@ def test_a_backend_that_never_reads_the_copy_gets_no_copy_and_no_launch():
     start = support.snapshot(pool)
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
     asked = []
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda: asked.append(1) or (False, "flashinfer"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: asked.append(1) or (False, "flashinfer"))
     with support.observe() as (probe, launches):
         for _ in range(3):
             hook(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)

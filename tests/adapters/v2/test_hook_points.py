@@ -125,7 +125,7 @@ def test_home_resolves_and_hooks_on_real_release(version):
     assert r["hooked"] == [hp.home_for(version).target]
     assert r["replaced"]
     assert r["check_after_hooking"] is None  # the check looks through SGLang's wrapper
-    assert all(t.endswith(".alloc_memory_pool") for t in r["warm_up_targets"]), r["warm_up_targets"]
+    assert r["warm_up_targets"] and all(t.endswith(".init_attention_backend") for t in r["warm_up_targets"]), r["warm_up_targets"]
 
 
 def test_check_names_what_changed(monkeypatch):

@@ -33,7 +33,7 @@ def test_no_new_specialisation_after_warm_up():
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))
     with capture_specializations(_duplicate_kv_kernel) as serving:
         for (_, rows), seq in zip(layouts, batches):
             rows = rows.clamp_max(pool.size)
@@ -49,7 +49,7 @@ def test_slot_dtype_of_the_rows_is_warmed():
     with capture_specializations(_duplicate_kv_kernel) as warm64:
         warm_up.warm_up_worker(worker)
     with capture_specializations(_duplicate_kv_kernel) as serve32:
-        duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
+        duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
     assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
 
 
