@@ -59,3 +59,22 @@ def test_nothing_to_warm_without_pool_or_for_declined_pools():
     pool.use_hnd = True
     assert not warm_up.warm_up_pool(pool, 4, 4, torch.int32)
     assert not warm_up.warm_up_pool(support.make_pool(4, 64), 1, 4, torch.int32)
+
+
+def test_nothing_compiles_where_the_reader_never_reads_the_copy():
+    from sglang.srt.layers.attention import flashattention_backend as fa3b
+    from sglang.srt.layers.attention import flashinfer_backend as fib
+    from sglang.srt.layers.attention import triton_backend as trb
+
+    compiled = {}
+    for cls in (trb.TritonMultiStepDraftBackend, fib.FlashInferMultiStepDraftBackend,
+                fa3b.FlashAttentionMultiStepBackend):
+        pool, rows = support.layout_rows([5], 8, 3, 2, seed=6)
+        worker = SimpleNamespace(topk=3, draft_runner=SimpleNamespace(
+            token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows),
+            draft_attn_backend=object.__new__(cls)))
+        with capture_specializations(_duplicate_kv_kernel) as warm:
+            warm_up.after_hook(None, worker)
+        compiled[cls.__name__] = len(warm)
+    assert compiled == {"TritonMultiStepDraftBackend": 0, "FlashInferMultiStepDraftBackend": 0,
+                        "FlashAttentionMultiStepBackend": 1}
