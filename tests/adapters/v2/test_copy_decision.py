@@ -30,7 +30,7 @@ from sglang.srt.layers.attention import flashinfer_backend as fib  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import backends, duplicate  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, warm_up  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -119,8 +119,10 @@ def test_the_hook_decides_from_the_runners_backend(cls, copies, monkeypatch, cap
     page, topk, steps, seq = 4, 3, 2, [5, 6, 7]
     pool, rows = support.layout_rows(seq, page, topk, steps, seed=3)
     support.fill_random(pool, 3)
-    runner = SimpleNamespace(draft_attn_backend=object.__new__(cls), token_to_kv_pool=pool)
-    backends.record_reader(pool, runner)
+    runner = SimpleNamespace(draft_attn_backend=object.__new__(cls), token_to_kv_pool=pool,
+                             req_to_token_pool=SimpleNamespace(req_to_token=rows))
+    # as a server: the warm-up hook runs after the draft worker's init_attention_backend
+    warm_up.after_hook(None, SimpleNamespace(topk=topk, draft_runner=runner))
     args = support.draft_args(seq, page, steps)
     start = support.snapshot(pool)
     SGLANG_FN(pool, rows, *args, topk, page)
