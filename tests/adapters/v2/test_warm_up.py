@@ -29,7 +29,7 @@ def test_no_new_specialisation_after_warm_up():
     start = support.snapshot(pool)
     with capture_specializations(_duplicate_kv_kernel) as warm:
         assert warm_up.after_hook("result", worker) == "result"
-        warm_up.after_hook(None, worker)  # a second call (alloc_memory_pool after __init__) compiles nothing more
+        warm_up.after_hook(None, worker)  # a second call (a subclass calling its parent's hooked method too) compiles nothing more
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
@@ -54,7 +54,7 @@ def test_slot_dtype_of_the_rows_is_warmed():
 
 
 def test_nothing_to_warm_without_pool_or_for_declined_pools():
-    assert not warm_up.warm_up_worker(SimpleNamespace(topk=4, draft_runner=None))  # __init__ before alloc_memory_pool
+    assert not warm_up.warm_up_worker(SimpleNamespace(topk=4, draft_runner=None))  # no draft runner yet
     pool = support.make_pool(4, 64)
     pool.use_hnd = True
     assert not warm_up.warm_up_pool(pool, 4, 4, torch.int32)
