@@ -8,8 +8,9 @@ from a process-wide accessor (0.5.23 retired ``get_global_server_args``: it alwa
 - On 0.5.23 as installed: objects of its real backend classes (``object.__new__``: the decision
   reads the class and the per-step backends' ``dcp_size``, nothing a constructor needs a GPU for)
   on a real pool, through the duplication hook itself: flashinfer and triton launch nothing,
-  fa3 copies exactly as SGLang's function does. 0.5.15.post1's real classes are decided in its
-  own interpreter by tests/adapters/v2/test_hook_points.py.
+  fa3 copies exactly as SGLang's function does. The other releases' attention modules do not
+  import beside 0.5.23's transformers (their model configs register names it already has): their
+  classes are checked on the parsed wheels only.
 """
 
 import ast
