@@ -60,9 +60,13 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     table = pools.copy_table(token_to_kv_pool)
     if table is None:
         return False
+    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    return True
+
+
+def _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> None:
     tgt, src = tail_pairs(rows, prefix_base, last_page, num_new_pages, topk, page_size)
     duplicate_kv_pairs(table, tgt, src)
-    return True
 
 
 def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> bool:
@@ -77,8 +81,7 @@ def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, to
         pools.log_path(pool, f"copy skipped, nothing launched ({why})")
         return True
     pools.log_path(pool, f"{pools.OURS} ({why})")
-    tgt, src = tail_pairs(rows, prefix_base, last_page, num_new_pages, topk, page_size)
-    duplicate_kv_pairs(table, tgt, src)
+    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 
