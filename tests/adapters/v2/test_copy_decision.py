@@ -37,7 +37,10 @@ from sglang_eagle_paged.settings import Mode  # noqa: E402
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[3]
 WHEELS = Path(os.environ.get("SGLANG_WHEELS", REPO / ".sglang-wheels"))
-WHEEL_RELEASES = ("0.5.13.post1", "0.5.15.post1", "0.5.17", "0.5.23")
+# The wheels scripts/fetch_sglang_wheels.sh fetches, and any other v2 release unpacked beside them
+# (RELEASES="0.5.14 0.5.16 ..." scripts/fetch_sglang_wheels.sh).
+WHEEL_RELEASES = sorted({"0.5.13.post1", "0.5.15.post1", "0.5.17", "0.5.23"}
+                        | {d.name for d in WHEELS.glob("0.5.*") if (d / ".unpacked").is_file()})
 SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
 # The factory method that builds each backend's multi-step draft decode object.
 FACTORY_METHOD = {"flashinfer": "_create_flashinfer_decode_backend", "triton": "_create_triton_decode_backend",
