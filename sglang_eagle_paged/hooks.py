@@ -81,14 +81,15 @@ def install(hooks, where: str) -> list:
     """
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    problems = {hook.target: resolvable(hook.target) for hook in hooks}
+    for hook in hooks:  # before registering any: a refused install leaves nothing for SGLang to apply later
+        if hook.required and problems[hook.target] is not None:
+            raise HookError(f"cannot find {hook.target} in {where}: {problems[hook.target]}")
     before = {}
     for hook in hooks:
-        problem = resolvable(hook.target)
-        if problem is not None:
-            if hook.required:
-                raise HookError(f"cannot find {hook.target} in {where}: {problem}")
+        if problems[hook.target] is not None:
             logger.warning("[sglang-eagle-paged] %s not found in %s, SGLang's own path stays (%s)",
-                           hook.target, where, problem)
+                           hook.target, where, problems[hook.target])
             continue
         before[hook.target] = resolve(hook.target)
         HookRegistry.register(hook.target, hook.function, HookType[hook.kind.upper()])

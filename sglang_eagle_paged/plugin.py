@@ -5,8 +5,9 @@ SGLang calls :func:`register` in the launcher, the engine and every scheduler pr
 from 0.5.22, the DP controller and detokenizer). It catches a plugin's ``Exception`` and only
 logs it, so a problem that must stop start-up is raised as ``SystemExit`` here: a server that
 silently drafts on the wrong path is worse than one that does not start. What stops start-up:
-an unknown setting; ``SGLANG_EAGLE_PAGED`` set explicitly where this SGLang cannot be served;
-a required hook that did not take. An unsupported SGLang with the mode unset only logs one line.
+an unknown setting; ``SGLANG_EAGLE_PAGED`` set explicitly where this SGLang cannot be served or
+a required hook did not take. With the mode unset, an unsupported SGLang (hook points changed
+included) or a hook that did not take leaves the plugin inert, with one line.
 """
 
 import logging
@@ -39,6 +40,14 @@ def _record_gc(s: settings.Settings) -> None:
         logger.warning("[sglang-eagle-paged] garbage-collection record not installed: %s", exc)
 
 
+def _refuse(s: settings.Settings, problem: str) -> None:
+    """This SGLang cannot be served: stop start-up if the mode was asked for, else stay inert."""
+    if s.mode_explicit:
+        _fail(f"{settings.MODE}={s.mode.value} but {problem}")
+    logger.warning("[sglang-eagle-paged] inactive: %s", problem)
+    _state["active"] = "inactive"
+
+
 def register() -> None:
     """Register and apply the hooks of this SGLang's adapter; idempotent within a process."""
     if _state["registered"]:
@@ -54,16 +63,17 @@ def register() -> None:
         logger.info("[sglang-eagle-paged] %s=off: stock SGLang %s", settings.MODE, version)
         _state["active"] = "off"
         return
-    support = releases.support(version)
+    try:
+        support = releases.support(version)
+    except Exception as exc:  # noqa: BLE001 -- checking SGLang's hook points must not stop it either
+        support = releases.Support(version, None, "none", f"hook points of SGLang {version} not checkable "
+                                   f"({type(exc).__name__}: {exc})")
     if support.problem is None and support.route == "patch":
         # Pre-plugin releases call the v1 adapter's legacy install from the patched worker module.
         support = releases.Support(version, None, "none", f"SGLang {version} has no plugin API: "
                                    "`sglang-eagle-paged patch --apply` serves it")
     if support.problem:
-        if s.mode_explicit:
-            _fail(f"{settings.MODE}={s.mode.value} but {support.problem}")
-        logger.warning("[sglang-eagle-paged] inactive: %s", support.problem)
-        _state["active"] = "inactive"
+        _refuse(s, support.problem)
         return
     unused = settings.unused_by(support.generation)
     if unused:
@@ -75,7 +85,8 @@ def register() -> None:
     try:
         hooked = install(adapter.hooks(s), f"SGLang {version}")
     except (HookError, LookupError) as exc:
-        _fail(str(exc))
+        _refuse(s, str(exc))
+        return
     adapter.installed(hooked)
     _state.update(active=s.mode.value, hooked=hooked)
     if support.route == "untested":

@@ -5,8 +5,11 @@ adapter serves it.
 |--------------------------|------------|---------------------------------------------------------|
 | 0.5.8 .. 0.5.10.post1    | v1         | ``sglang-eagle-paged patch --apply`` (no plugin API)    |
 | 0.5.11 .. 0.5.12.post1   | v1         | ``sglang.srt.plugins`` entry point                      |
-| 0.5.13 .. 0.5.23         | v2         | ``sglang.srt.plugins`` entry point                      |
+| 0.5.13 .. 0.5.23         | v2         | ``sglang.srt.plugins`` entry point, hook points checked |
 | newer than 0.5.23        | v2         | only where every v2 hook point is unchanged (checked)   |
+
+Every v2 release's hook points are checked at start-up, tested range included: a build inside
+it (a ``.dev`` or a patched wheel) may carry other code under the same number.
 
 Each adapter (``adapters.v1``, ``adapters.v2``) owns its hooks; this module only picks one.
 """
@@ -65,16 +68,14 @@ def _within(v: Version, bounds) -> bool:
 def support(version: str | None = None, *, check_hook_points=None) -> Support:
     """How ``version`` (default: the installed SGLang) is served.
 
-    ``check_hook_points(version) -> str | None`` decides a release newer than the last tested
-    one (default: the v2 adapter's own check, which imports SGLang)."""
+    ``check_hook_points(version) -> str | None`` decides every v2 release, tested or newer
+    (default: the v2 adapter's own check, which imports SGLang)."""
     version = installed_version() if version is None else version
     if version is None:
         return Support(None, None, "none", "SGLang is not installed")
     v = Version(version)
     if _within(v, V1_PLUGIN):
         return Support(version, "v1", "plugin")
-    if _within(v, V2_TESTED):
-        return Support(version, "v2", "plugin")
     if _within(v, V1_PATCHED):
         return Support(version, "v1", "patch")
     if v < OLDEST:
@@ -83,12 +84,14 @@ def support(version: str | None = None, *, check_hook_points=None) -> Support:
                        f"({OLDEST} .. {V1_PATCHED[1]} through `sglang-eagle-paged patch --apply`)")
     if check_hook_points is None:
         check_hook_points = importlib.import_module(ADAPTERS["v2"] + ".hook_points").check_hook_points
+    tested = _within(v, V2_TESTED)
     changed = check_hook_points(version)
     if changed:
+        where = "a v2 release" if tested else f"newer than {V2_TESTED[1]}"
         return Support(version, None, "none",
-                       f"SGLang {version} is newer than {V2_TESTED[1]} and its draft hook points changed "
+                       f"SGLang {version} is {where} and its draft hook points changed "
                        f"({changed}); SGLang's own path serves")
-    return Support(version, "v2", "untested")
+    return Support(version, "v2", "plugin" if tested else "untested")
 
 
 def fa3_in_place_problem(version: str | None = None) -> str | None:
@@ -103,7 +106,7 @@ def fa3_in_place_problem(version: str | None = None) -> str | None:
 
 def patched_release(version: str | None = None) -> str | None:
     """None where ``version`` is a pre-plugin release the patch serves; else why not."""
-    s = support(version, check_hook_points=lambda _v: "not a patched release")
+    s = support(version, check_hook_points=lambda _v: None)  # a v2 release: no patch either way
     if s.problem:
         return s.problem
     if s.route != "patch":

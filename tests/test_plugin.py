@@ -93,6 +93,7 @@ CASES = {
     "changed_on": (_py(CHANGED_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
     "verify_free_bogus": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "sometimes"}),
     "bad_target": (_py(BAD_TARGET), {}),
+    "bad_target_on": (_py(BAD_TARGET), {"SGLANG_EAGLE_PAGED": "on"}),
     "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
     "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
     "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
@@ -241,8 +242,18 @@ def test_a_newer_release_with_changed_hook_points_is_refused_when_asked_for(runs
 
 # --- a hook that cannot be applied ---------------------------------------------------------
 
-def test_unresolvable_target_exits(runs):
+def test_unresolvable_target_leaves_the_plugin_inert_when_the_mode_is_unset(runs):
     p = runs["bad_target"]
+    r = result(p)
+    hooked = {k: v for k, v in NONE.items() if k != "verify_free"}
+    assert subset(r, hooked) == hooked and r["mode"] == "inactive"  # nothing registered: nothing for SGLang to apply
+    assert r["verify_free"] is not None  # the verify does not reach ours (building the hooks recorded SGLang's function)
+    ours = [line for line in p.stderr.splitlines() if "[sglang-eagle-paged]" in line]
+    assert len(ours) == 1 and ours[0].startswith("WARNING") and "_no_such_method" in ours[0], ours
+
+
+def test_unresolvable_target_exits_when_on_was_asked_for(runs):
+    p = runs["bad_target_on"]
     assert p.returncode != 0 and "RESULT" not in p.stdout
     assert "cannot find sglang.srt.speculative.eagle_worker.EAGLEWorker._no_such_method" in p.stderr
     assert "SGLANG_EAGLE_PAGED=off" in p.stderr

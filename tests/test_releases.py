@@ -16,9 +16,17 @@ def never(_version):
     ("0.5.17", "v2", "plugin"), ("0.5.23", "v2", "plugin"),
 ])
 def test_served_releases(version, generation, route):
-    s = releases.support(version, check_hook_points=never)
+    asked = []
+    s = releases.support(version, check_hook_points=never if generation == "v1" else asked.append)
     assert (s.generation, s.route, s.problem) == (generation, route, None)
     assert s.adapter == f"sglang_eagle_paged.adapters.{generation}"
+    assert asked == ([] if generation == "v1" else [version])  # every v2 release's hook points are checked
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.20", "0.5.23", "0.5.23.dev0"])
+def test_a_v2_release_whose_hook_points_changed_is_not_served(version):
+    s = releases.support(version, check_hook_points=lambda v: "duplicate_prefix_tail_to_draft_branches has new code")
+    assert s.adapter is None and version in s.problem and "new code" in s.problem and "\n" not in s.problem
 
 
 @pytest.mark.parametrize("version", ["0.5.7", "0.5.2", "0.4.9"])

@@ -85,7 +85,7 @@ def measure(page_size, batch, a) -> dict:
                         head_dim=a.head_dim, seed=a.seed)
     base, last, new_pages = vh.draft_args(seq_lens, page_size, a.steps, device="cuda")
     sglang_fn = ewc.duplicate_prefix_tail_to_draft_branches  # this process loads no plugin: SGLang's own
-    ours = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "benchmark: copy"))
+    ours = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "benchmark: copy"))
     args = (pool, rows, base, last, new_pages, a.topk, page_size)
     sides = {"sglang": lambda: sglang_fn(*args), "ours": lambda: ours(sglang_fn, *args)}
     for fn in sides.values():  # compile and warm both before anything is timed

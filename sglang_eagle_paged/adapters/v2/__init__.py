@@ -25,15 +25,17 @@ def _mode(settings_or_mode) -> Mode:
 
 
 def warm_up_targets() -> list:
-    """Per draft worker class, the method after which its pool exists in the SGLang importable here."""
+    """The draft worker classes' own ``init_attention_backend`` in the SGLang importable here (after it,
+    the draft pool and its decode backend exist); a class that inherits it is served by its parent's."""
     out = []
     for cls_path in hook_points.DRAFT_WORKERS:
         try:
             cls = pkgutil.resolve_name(cls_path)
         except Exception:  # noqa: BLE001 -- an import-time error of SGLang's is left to hooks.install to report
-            out.append(cls_path + ".alloc_memory_pool")
+            out.append(f"{cls_path}.{hook_points.WARM_UP_METHOD}")
             continue
-        out.append(cls_path + (".alloc_memory_pool" if "alloc_memory_pool" in vars(cls) else ".__init__"))
+        if hook_points.WARM_UP_METHOD in vars(cls):
+            out.append(f"{cls_path}.{hook_points.WARM_UP_METHOD}")
     return out
 
 
@@ -79,8 +81,9 @@ def describe(settings_or_mode, hooked: list) -> str:
 
 
 def doctor_lines(settings_or_mode) -> list:
-    """(label, detail) lines for ``doctor``: the hook point of this release and the copy path per
-    draft decode backend."""
+    """(label, detail) lines for ``doctor``: the hook point of this release and, per draft decode
+    backend class of this release, the copy decision a server's duplication hook makes for it
+    (:func:`.backends.pool_decision` on a runner holding an object of that class)."""
     from types import SimpleNamespace
 
     from . import backends
@@ -89,12 +92,19 @@ def doctor_lines(settings_or_mode) -> list:
     version = hook_points.installed_version()
     home = hook_points.home_for(version)
     out = [("v2 hook point", f"{home.target} (SGLang {version})")]
-    for backend in ("fa3", "flashinfer", "triton"):
+    for path, (name, _reads, _why) in backends.READERS.items():
+        label = f"copy ({name})"
         if mode is Mode.FAKE:
-            out.append((f"copy ({backend})", "skipped: mode fake (index-only, benchmarks)"))
+            out.append((label, "skipped: mode fake (index-only, benchmarks)"))
             continue
-        copy, reason = backends.copy_needed(SimpleNamespace(speculative_eagle_topk=8, page_size=64,
-                                                            attention_backend=backend))
-        out.append((f"copy ({backend})", ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy
-                                          else "skipped: ") + reason))
+        try:
+            cls = pkgutil.resolve_name(path)
+        except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import (CUDA-only modules)
+            out.append((label, f"{path} does not import here ({type(exc).__name__}); a server decides from it"))
+            continue
+        pool = SimpleNamespace()
+        backends.record_reader(pool, SimpleNamespace(draft_attn_backend=cls.__new__(cls)))
+        copy, reason = backends.pool_decision(pool)
+        out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy else "skipped: ")
+                    + reason))
     return out

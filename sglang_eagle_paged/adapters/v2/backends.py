@@ -18,58 +18,86 @@ the holes:
 The argument, with file:function references and the CPU proof, is in
 docs/backend_reads.md. Where the proof does not reach, the answer is "copy", as SGLang
 does. SGLang is not imported here.
+
+What decides is the draft decode backend object itself: every v2 release (0.5.13 ..
+0.5.23) builds it in the draft worker's ``init_attention_backend`` and stores it on the
+draft runner (``draft_runner.draft_attn_backend``), the runner whose pool the duplication
+is handed. Its class says which reader runs; no process-wide accessor is asked (0.5.23
+retired ``get_global_server_args``, and its raw server arguments need not name the
+backend in effect). The warm-up hook records the runner on its pool (:func:`record_reader`).
 """
 
 import os
 
-# Draft decode backends proven never to read a hole, and why.
-NO_HOLE_READS = {
-    "flashinfer": "flashinfer's draft decode reads per-token indices (page size 1): "
-    "the prefix's own slots and each branch's draft slots, never the copied ones",
-    "triton": "triton's draft decode reads per-token indices: the prefix's own slots "
-    "and each branch's draft slots, never the copied ones",
-}
-HOLE_READS = {
-    "fa3": "fa3's draft decode reads each branch's first page by block id, "
-    "copied slots included",
+from . import fa3_in_place
+
+# SGLang's multi-step draft decode backends by class (module.qualname, the same in 0.5.13.post1,
+# 0.5.15.post1, 0.5.17 and 0.5.23): the backend name, whether its draft decode reads the copied
+# slots, and why. Exact classes only: a subclass may read differently, so it copies.
+READERS = {
+    "sglang.srt.layers.attention.flashinfer_backend.FlashInferMultiStepDraftBackend": (
+        "flashinfer", False, "flashinfer's draft decode reads per-token indices (page size 1): "
+        "the prefix's own slots and each branch's draft slots, never the copied ones"),
+    "sglang.srt.layers.attention.triton_backend.TritonMultiStepDraftBackend": (
+        "triton", False, "triton's draft decode reads per-token indices: the prefix's own slots "
+        "and each branch's draft slots, never the copied ones"),
+    "sglang.srt.layers.attention.flashattention_backend.FlashAttentionMultiStepBackend": (
+        "fa3", True, "fa3's (and fa4's) draft decode reads each branch's first page by block id, "
+        "copied slots included"),
 }
 
 # Settings that change which slots, or how, the draft decode reads: not in the proof.
 _HND_ENV = "SGLANG_USE_HND_KVCACHE"
 _TRUE = ("1", "true", "yes", "on")
 
-
-def draft_decode_backend(server_args):
-    """The draft decode backend SGLang 0.5.13 - 0.5.23 builds (``DraftBackendFactory``):
-    ``--speculative-draft-attention-backend``, else ``--decode-attention-backend``, else
-    ``--attention-backend``; None when none is set."""
-    for attr in ("speculative_draft_attention_backend", "decode_attention_backend",
-                 "attention_backend"):
-        value = getattr(server_args, attr, None)
-        if value:
-            return value
-    return None
+# On the draft pool: the draft runner whose pool it is, and the decision for its backend object.
+_READER_ATTR = "_eagle_paged_v2_reader"
+_DECISION_ATTR = "_eagle_paged_v2_copy_decision"
 
 
-def _int(server_args, attr, default):
-    value = getattr(server_args, attr, None)
-    return default if value is None else value
+def class_path(obj) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def copy_needed(server_args) -> tuple:
-    """``(True, reason)`` when the prefix-tail duplication must copy for this server's
-    draft decode, ``(False, reason)`` when no reader can see what it would copy."""
-    topk = _int(server_args, "speculative_eagle_topk", 1)
-    page_size = _int(server_args, "page_size", 1)
-    if topk <= 1 or page_size <= 1:
-        return False, f"topk {topk}, page size {page_size}: no branch has copied slots"
-    backend = draft_decode_backend(server_args)
-    if backend in HOLE_READS:
-        return True, HOLE_READS[backend]
-    if backend not in NO_HOLE_READS:
-        return True, f"draft decode backend {backend!r} is not covered by the proof: copy as SGLang does"
+def copy_needed(draft_backend) -> tuple:
+    """``(True, reason)`` when the prefix-tail duplication must copy for a draft decode run by
+    ``draft_backend`` (SGLang's multi-step draft backend object, or None), ``(False, reason)``
+    when no reader can see what it would copy."""
+    if draft_backend is None:
+        return True, "no multi-step draft decode backend (steps <= 1, or not built yet): copy as SGLang does"
+    path = class_path(draft_backend)
+    entry = READERS.get(path)
+    if entry is None:
+        return True, f"draft decode backend {path} is not covered by the proof: copy as SGLang does"
+    _name, reads, why = entry
+    if reads:
+        if fa3_in_place.reads_in_place(draft_backend):  # SGLANG_EAGLE_PAGED_FA3_IN_PLACE, covered backends
+            return False, fa3_in_place.REASON
+        return True, why
     if os.environ.get(_HND_ENV, "").strip().lower() in _TRUE:
         return True, f"{_HND_ENV} (HND pool layout) is not covered by the proof: copy as SGLang does"
-    if _int(server_args, "dcp_size", 1) > 1:
+    if any((getattr(step, "dcp_size", 1) or 1) > 1 for step in getattr(draft_backend, "attn_backends", ()) or ()):
         return True, "decode context parallelism is not covered by the proof: copy as SGLang does"
-    return False, NO_HOLE_READS[backend]
+    return False, why
+
+
+def record_reader(pool, draft_runner) -> None:
+    """Remember on ``pool`` the draft runner that holds its draft decode backend (warm-up)."""
+    setattr(pool, _READER_ATTR, draft_runner)
+
+
+def pool_decision(pool) -> tuple:
+    """:func:`copy_needed` for the draft decode backend that reads ``pool`` now (the recorded
+    runner's ``draft_attn_backend``: read per call, SGLang swaps it when its step configuration
+    changes); copy where no runner was recorded."""
+    runner = getattr(pool, _READER_ATTR, None)
+    if runner is None:
+        return True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does"
+    backend = getattr(runner, "draft_attn_backend", None)
+    cached = getattr(pool, _DECISION_ATTR, None)
+    if cached is not None and cached[0] is backend:  # holds the backend: an identity that cannot be reused
+        return cached[1]
+    decision = copy_needed(backend)
+    setattr(pool, _DECISION_ATTR, (backend, decision))
+    return decision

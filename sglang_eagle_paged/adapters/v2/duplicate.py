@@ -8,40 +8,48 @@ of :func:`~sglang_eagle_paged.kernels.prefix_tail.duplicate_prefix_tail` finds t
 copies them, with no torch op before it; batch size, topk and page size are runtime arguments:
 the same compiled variant for every batch.
 
-Copy only where it is read: the server's draft decode backend decides, once per process
-(:mod:`.backends`): fa3 reads the copied slots, flashinfer and triton provably never do, so for
-them the hook returns without a launch (nothing to copy is the fastest copy); anything the proof
-does not cover copies, as SGLang does.
+Order of the decision, every call: the pool first -- pools other than the plain NHD
+``MHATokenToKVPool`` (:mod:`.pools`) run SGLang's function unchanged, whatever reads them;
+then the reader (:mod:`.backends`): the draft decode backend object of the runner that owns
+the pool. fa3 reads the copied slots, flashinfer and triton provably never do, so for them the
+hook returns without a launch (nothing to copy is the fastest copy); anything the proof does
+not cover copies, as SGLang does. Each pool class's path is logged once (``pools.log_path``).
 
-Pools other than the plain NHD ``MHATokenToKVPool`` (:mod:`.pools`) run SGLang's function
-unchanged. Mode ``fake`` copies nothing (the old index-only behaviour, for benchmarks);
-mode ``off`` installs no hook at all.
+A failure on our path (an exception raised on the host while deciding, building the pairs or
+launching, compile errors included) never reaches SGLang's scheduler: that call runs SGLang's
+own function, our path is switched off for the process, and one ERROR line says why. A copy
+our kernel began writes the same bytes SGLang's function then writes, so the KV ends as
+SGLang's function leaves it.
+
+Mode ``fake`` copies nothing (the old index-only behaviour, for benchmarks); mode ``off``
+installs no hook at all.
 """
 
 import logging
 
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
-from . import backends, fa3_in_place, pools
+from . import backends, pools
+from .hook_points import FUNCTION
 
 logger = logging.getLogger("sglang_eagle_paged")
 
 
-def server_copy_decision() -> tuple:
-    """``backends.copy_needed`` for this process's server arguments; copy where they are unknown."""
-    try:
-        from sglang.srt.server_args import get_global_server_args
+# Why our path was switched off in this process (empty: it serves).
+_switched_off = []
 
-        args = get_global_server_args()
-    except Exception:  # noqa: BLE001 -- no server here (a tool, a test): copy, as SGLang does
-        args = None
-    if args is None:
-        return True, "no server arguments in this process: copy as SGLang does"
-    copy, reason = backends.copy_needed(args)
-    if copy and backends.draft_decode_backend(args) == "fa3":  # fa3 reading in place needs no copy
-        in_place, why = fa3_in_place.engaged(args)
-        return (False, why) if in_place else (copy, f"{reason}; {why}")
-    return copy, reason
+
+def switch_off(reason: str) -> None:
+    """Serve every later call with SGLang's own function; one ERROR line per process."""
+    if _switched_off:
+        return
+    _switched_off.append(reason)
+    logger.error("[sglang-eagle-paged] v2 draft duplication switched off for this process, SGLang's own %s "
+                 "serves from now on: %s", FUNCTION, reason)
+
+
+def switched_off() -> str | None:
+    return _switched_off[0] if _switched_off else None
 
 
 def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk: int,
@@ -51,18 +59,37 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     table = pools.copy_table(token_to_kv_pool)
     if table is None:
         return False
-    duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 
-def make_hook(mode: Mode, copy_decision=server_copy_decision):
+def _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> None:
+    duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+
+
+def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> bool:
+    """Our path: True where it served the call (copied, or nothing to copy for this reader);
+    False where SGLang's function must run."""
+    table, declined = pools.verdict(pool)
+    if table is None:
+        pools.log_path(pool, f"SGLang's own {FUNCTION} ({declined})")
+        return False
+    copy, why = copy_decision(pool)
+    if not copy:
+        pools.log_path(pool, f"copy skipped, nothing launched ({why})")
+        return True
+    pools.log_path(pool, f"{pools.OURS} ({why})")
+    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    return True
+
+
+def make_hook(mode: Mode, copy_decision=backends.pool_decision):
     """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake).
-    ``copy_decision() -> (copy, reason)`` is asked once, at the first draft step."""
+    ``copy_decision(pool) -> (copy, reason)`` is asked on every call our kernel could serve."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")
     fake = mode is Mode.FAKE
-    decided = []
 
     def duplicate_prefix_tail_to_draft_branches(original, token_to_kv_pool, rows, prefix_base, last_page,
                                                  num_new_pages, topk, page_size):
@@ -70,14 +97,13 @@ def make_hook(mode: Mode, copy_decision=server_copy_decision):
             return None
         if fake:
             return None
-        if not decided:
-            decided.append(copy_decision())
-            logger.info("[sglang-eagle-paged] draft prefix-tail copy: %s (%s)",
-                        "on" if decided[0][0] else "skipped", decided[0][1])
-        if not decided[0][0]:
-            return None
-        if duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk, page_size):
-            return None
+        if not _switched_off:
+            try:
+                if _served(copy_decision, token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk,
+                           page_size):
+                    return None
+            except Exception as exc:  # noqa: BLE001 -- any host-side failure of ours: SGLang's function serves
+                switch_off(f"{type(exc).__name__}: {exc}")
         return original(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk, page_size)
 
     duplicate_prefix_tail_to_draft_branches.mode = mode

@@ -30,8 +30,8 @@ proven) are the thinnest glue SGLang allows:
   target-verify builders, and the target verify's is a different object SGLang already reads
   per token.
 
-The duplication skips the copy only when every draft-runner FA3 backend built is covered
-(:func:`engaged`). The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
+The duplication skips the copy for a draft runner only when every step backend of its multi-step
+FA3 backend is covered (:func:`reads_in_place`, asked by ``backends.copy_needed``). The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
 is in docs/backend_reads.md. SGLang is not imported here.
 """
 
@@ -85,10 +85,9 @@ def per_token_view(paged_cache):
 
 # --------------------------------------------------------------------------- the hooks
 
-# Draft-runner FA3 backends seen at page > 1, topk > 1: how many are covered, and why the others
-# are not (one line each). The duplication's decision reads it at the first draft step, after
-# the draft workers (and so their backends) are built.
-_SEEN = {"covered": 0, "not": []}
+# Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the
+# metadata hooks rewrite its draft decode; the duplication's decision reads it, :func:`reads_in_place`).
+MARK = "_sglang_eagle_paged_in_place"
 _HND_ENV = "SGLANG_USE_HND_KVCACHE"
 
 
@@ -122,29 +121,23 @@ def after_backend_init(result, backend, *args, **kwargs):
     if not getattr(backend, "is_draft_runner", False) or backend.topk <= 1 or backend.page_size <= 1:
         return None
     problem = not_covered(backend)
-    backend._sglang_eagle_paged_in_place = problem is None
-    if problem is None:
-        _SEEN["covered"] += 1
-    else:
-        _SEEN["not"].append(problem)
+    setattr(backend, MARK, problem is None)
+    if problem is not None:
         logger.info("[sglang-eagle-paged] fa3 in place off, the prefix tail is copied: %s", problem)
     return None
 
 
-def engaged(server_args=None) -> tuple:
-    """``(True, reason)`` when every draft FA3 backend built reads in place; else ``(False, why)``."""
-    if (getattr(server_args, "dcp_size", 1) or 1) > 1:
-        return False, "fa3 in place off: decode context parallelism is not covered by the proof"
-    if _SEEN["not"]:
-        return False, f"fa3 in place off: {_SEEN['not'][0]}"
-    if not _SEEN["covered"]:
-        return False, "fa3 in place off: no draft FA3 backend at page > 1, topk > 1 was built"
-    return True, REASON
+def reads_in_place(draft_backend) -> bool:
+    """True where every per-step backend of SGLang's multi-step FA3 draft backend reads the prefix
+    tail in place (marked covered by :func:`after_backend_init`), so no reader sees the copy."""
+    steps = list(getattr(draft_backend, "attn_backends", ()) or ())
+    return bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
+                               for step in steps)
 
 
 def after_metadata(result, backend, forward_batch, *args, **kwargs):
     """After either builder: the draft decode's topk > 1 metadata in the in-place form."""
-    if not getattr(backend, "_sglang_eagle_paged_in_place", False):
+    if not getattr(backend, MARK, False):
         return None
     if forward_batch.spec_info is None or not forward_batch.forward_mode.is_decode_or_idle():
         return None

@@ -53,10 +53,10 @@ NEWEST = HOMES[-1]
 # 0.5.13.post1, 0.5.15.post1, 0.5.17 and 0.5.23 (tests/adapters/v2/test_hook_points.py).
 KNOWN_FINGERPRINTS = frozenset({"9e1dcc67369c71c4"})
 
-# The draft workers whose pool exists once the method returns: the warm-up's "after" hooks.
-# alloc_memory_pool where the class defines it (0.5.14+), else __init__ (0.5.13: the pool is
-# allocated while the worker is built). STANDALONE's draft worker skips its parent's __init__
-# and defines its own alloc_memory_pool; multi-layer EAGLE's is a sibling class.
+# The draft workers whose pool and draft decode backend exist once WARM_UP_METHOD returns: the
+# warm-up's "after" hooks, on each class that defines it (0.5.13.post1 .. 0.5.23: EagleDraftWorker
+# and MultiLayerEagleDraftWorker, a sibling class; StandaloneDraftWorker inherits EagleDraftWorker's).
+WARM_UP_METHOD = "init_attention_backend"
 DRAFT_WORKERS = (
     _SPEC + "eagle_worker_v2.EagleDraftWorker",
     _SPEC + "standalone_worker_v2.StandaloneDraftWorker",

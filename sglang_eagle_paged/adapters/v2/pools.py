@@ -6,8 +6,10 @@ keep more state or another layout) with NHD rows and nothing else moved per slot
 pool we decline keeps SGLang's own function, so a -1 sentinel never reaches a pool's own
 ``move_kv_cache``.
 
-The verdict is derived once per pool (cached on it, re-derived when its buffer list holds
-other tensors) and logged once per process for each pool class and reason.
+The verdict is derived once per buffer table: cached on the pool beside the table it was
+derived with (``kv_copy.pool_table``, re-built when a buffer is replaced or dies), re-derived
+whenever that table is another object. The duplication hook logs which path serves each pool
+class, once per process and path (:func:`log_path`).
 """
 
 import logging
@@ -62,38 +64,37 @@ def decline_reason(pool) -> str | None:
     return None
 
 
-def _ids(pool) -> tuple:
-    return (*map(id, getattr(pool, "k_buffer", None) or ()), *map(id, getattr(pool, "v_buffer", None) or ()))
-
-
-def _log_once(pool, reason: str | None) -> None:
-    key = (type(pool).__qualname__, reason)
+def log_path(pool, path: str) -> None:
+    """One INFO line per pool class and path, per process: which function serves this pool's
+    prefix-tail duplication, and why."""
+    key = (type(pool).__qualname__, path)
     if key in _logged:
         return
     _logged.add(key)
-    if reason is None:
-        logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s", type(pool).__name__, OURS)
-    else:
-        logger.info("[sglang-eagle-paged] v2 draft copy on %s: SGLang's own duplicate_prefix_tail_to_draft_branches "
-                    "(%s)", type(pool).__name__, reason)
+    logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s", type(pool).__name__, path)
 
 
-def copy_table(pool):
-    """The :class:`~sglang_eagle_paged.kernels.KVBufferTable` our kernel copies ``pool`` with, or
-    None where SGLang's own function must run (see :func:`decline_reason`)."""
-    ids = _ids(pool)
+def verdict(pool) -> tuple:
+    """``(table, None)`` where our kernel copies ``pool`` with the
+    :class:`~sglang_eagle_paged.kernels.KVBufferTable` ``table``; ``(None, reason)`` where SGLang's
+    own function must run (see :func:`decline_reason`)."""
+    table = kv_copy.pool_table(pool)
     cached = getattr(pool, _VERDICT_ATTR, None)
-    if cached is None or cached[0] != ids:
-        reason = decline_reason(pool)
-        _log_once(pool, reason)
-        cached = (ids, reason)
+    if cached is None or cached[0] is not table:  # the table is held here: its identity cannot be reused
+        cached = (table, decline_reason(pool))
         try:
             setattr(pool, _VERDICT_ATTR, cached)
         except AttributeError:  # a pool class with __slots__: derive every call
             pass
-    if cached[1] is not None:
-        return None
-    return kv_copy.pool_table(pool)
+    reason = cached[1]
+    if reason is None and table is None:  # kv_copy declines what decline_reason let through
+        reason = "no buffer table for its K/V buffers"
+    return (table, None) if reason is None else (None, reason)
+
+
+def copy_table(pool):
+    """The buffer table our kernel copies ``pool`` with, or None where SGLang's own function must run."""
+    return verdict(pool)[0]
 
 
 def describe(pool) -> str:

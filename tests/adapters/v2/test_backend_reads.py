@@ -51,8 +51,6 @@ from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # n
 
 from helpers.sglang_source import undecorated  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2.backends import copy_needed  # noqa: E402
-
 torch.set_num_threads(1)
 
 # The function as written, not its torch.compile wrapper (which recompiles per shape on CPU).
@@ -484,39 +482,3 @@ def test_other_release_kernel_never_reads_a_copied_slot(kernel, seed, monkeypatc
         got = [ix[int(ip[z]): int(ip[z + 1])] for z in range(len(expected))]
         assert all(torch.equal(g, e) for g, e in zip(got, expected)), f"step {i}"
     assert _hits(_read_slots(seen), prep.tgt) == 0
-
-
-# --------------------------------------------------------------------------- the decision
-
-
-def _args(**kw):
-    base = dict(speculative_eagle_topk=4, page_size=16, attention_backend=None,
-                decode_attention_backend=None, speculative_draft_attention_backend=None)
-    base.update(kw)
-    return SimpleNamespace(**base)
-
-
-@pytest.mark.parametrize("kw, needed", [
-    (dict(attention_backend="flashinfer"), False),
-    (dict(attention_backend="triton"), False),
-    (dict(attention_backend="fa3"), True),
-    (dict(attention_backend="fa3", decode_attention_backend="triton"), False),
-    (dict(attention_backend="triton", decode_attention_backend="fa3"), True),
-    (dict(attention_backend="fa3", speculative_draft_attention_backend="flashinfer"), False),
-    (dict(attention_backend="flashinfer", speculative_draft_attention_backend="fa3"), True),
-    (dict(attention_backend="trtllm_mha"), True),
-    (dict(), True),  # unresolved: copy
-    (dict(attention_backend="fa3", page_size=1), False),
-    (dict(attention_backend="fa3", speculative_eagle_topk=1), False),
-    (dict(attention_backend="triton", dcp_size=2), True),
-])
-def test_copy_needed(kw, needed, monkeypatch):
-    monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
-    got, reason = copy_needed(_args(**kw))
-    assert got is needed
-    assert reason and "\n" not in reason
-
-
-def test_copy_needed_with_an_hnd_pool(monkeypatch):
-    monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
-    assert copy_needed(_args(attention_backend="flashinfer"))[0] is True

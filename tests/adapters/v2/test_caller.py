@@ -39,11 +39,11 @@ support.restore(pool, start)
 
 hooked = install(v2.hooks("on"), "SGLang 0.5.23")
 calls = []
-inner = duplicate.duplicate_in_pool
+inner = duplicate._served
 def counting(*a, **k):
     calls.append(1)
     return inner(*a, **k)
-duplicate.duplicate_in_pool = counting
+duplicate._served = counting
 
 bs = len(seq)
 batch = SimpleNamespace(

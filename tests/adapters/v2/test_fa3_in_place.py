@@ -130,11 +130,6 @@ def _backend(case, step_id):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_backend_census(monkeypatch):
-    monkeypatch.setattr(fa3_in_place, "_SEEN", {"covered": 0, "not": []})
-
-
-@pytest.fixture(autouse=True)
 def _expand_builder_as_written(monkeypatch):
     """SGLang's ``draft_decode_set_expand_metadata`` as written, not its torch.compile wrapper
     (which compiles per shape with inductor on CPU: minutes, same arithmetic)."""
@@ -280,12 +275,6 @@ def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, builder, monkeypatc
 # --------------------------------------------------------------------------- the glue
 
 
-def _census(*backends):
-    for be in backends:
-        after_backend_init(None, be)
-    return fa3_in_place.engaged()
-
-
 def _draft_backend(**kw):
     be = SimpleNamespace(is_draft_runner=True, topk=4, page_size=16, use_mla=False, has_swa=False, fa_impl_ver=3,
                          use_sliding_window_kv_pool=False, local_attn_builder=None, _kv_shard_pool=None,
@@ -307,26 +296,36 @@ def _draft_backend(**kw):
     ([{}, {"is_draft_runner": False, "use_mla": True}], True),  # the target's backend: not drafting
 ])
 def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
-    from sglang.srt import server_args as sa
+    """The decision a server takes (``backends.copy_needed`` on the draft runner's own multi-step
+    backend, an object of SGLang's real class) once the backend hook has marked its step backends."""
+    from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
 
-    from sglang_eagle_paged.adapters.v2 import duplicate
+    from sglang_eagle_paged.adapters.v2 import backends as readers
 
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
-    assert _census(*[_draft_backend(**kw) for kw in backends])[0] is in_place
-    args = SimpleNamespace(speculative_eagle_topk=8, page_size=64, attention_backend="fa3",
-                           decode_attention_backend=None, speculative_draft_attention_backend=None)
-    monkeypatch.setattr(sa, "get_global_server_args", lambda: args)
-    copy, reason = duplicate.server_copy_decision()
+    built = [_draft_backend(**kw) for kw in backends]
+    for be in built:
+        after_backend_init(None, be)
+    multi = object.__new__(FlashAttentionMultiStepBackend)
+    multi.attn_backends = [be for be in built if be.is_draft_runner]  # a target's backend is not a draft step
+    copy, reason = readers.copy_needed(multi)
     assert copy is (not in_place) and reason
-    args.attention_backend = "trtllm_mha"  # a backend the in-place hooks do not serve: copy
-    assert duplicate.server_copy_decision()[0] is True
-    args.attention_backend, args.dcp_size = "fa3", 2
-    assert duplicate.server_copy_decision()[0] is True
+    if in_place:
+        multi.attn_backends[0].dcp_size = 2  # decode context parallelism: not in the proof
+        assert readers.copy_needed(multi)[0] is True
 
 
 def test_an_hnd_pool_keeps_the_copy(monkeypatch):
+    from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
+
+    from sglang_eagle_paged.adapters.v2 import backends as readers
+
     monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
-    assert _census(_draft_backend())[0] is False
+    be = _draft_backend()
+    after_backend_init(None, be)
+    multi = object.__new__(FlashAttentionMultiStepBackend)
+    multi.attn_backends = [be]
+    assert readers.copy_needed(multi)[0] is True
 
 
 def test_the_hooks_follow_the_setting_and_the_release():

@@ -124,3 +124,70 @@ def test_other_pool_families_are_declined_by_class(path):
 def test_describe_names_the_path():
     pool = support.make_pool(4, 256)
     assert pools.describe(pool) == "MHATokenToKVPool: " + pools.OURS
+
+
+# --------------------------------------------------------------- the pool check comes first
+
+
+def _declined_pools():
+    hnd = support.make_pool(4, 256)
+    hnd.use_hnd = True
+    out = [hnd]
+    import pkgutil
+
+    for path in ("sglang.srt.mem_cache.memory_pool.MLATokenToKVPool", "sglang.srt.mem_cache.swa_memory_pool.SWAKVPool"):
+        cls = pkgutil.resolve_name(path)
+        out.append(cls.__new__(cls))  # not constructible on CPU: the class alone decides
+    return out
+
+
+@pytest.mark.parametrize("pool", _declined_pools(), ids=lambda p: type(p).__name__ + ("-hnd" if getattr(p, "use_hnd", 0) else ""))
+def test_a_skip_decision_never_bypasses_the_pool_check(pool, monkeypatch, caplog):
+    monkeypatch.setattr(pools, "_logged", set())
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (False, "this reader never reads a copied slot"))
+    page, topk, steps, seq = 4, 3, 2, [5, 6]
+    rows = torch.arange(1, 1 + 2 * 64, dtype=torch.int32).view(2, 64)
+    got = []
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        for _ in range(2):
+            hook(lambda *a: got.append(a), pool, rows, *support.draft_args(seq, page, steps), topk, page)
+    assert len(got) == 2 and all(a[0] is pool for a in got)  # SGLang's function, every call
+    lines = [r.getMessage() for r in caplog.records if "v2 draft copy on" in r.getMessage()]
+    assert len(lines) == 1, lines  # one line per pool class and path, per process
+    assert type(pool).__name__ in lines[0] and "SGLang's own" in lines[0]
+
+
+@pytest.mark.parametrize("copy,says", [(False, "copy skipped"), (True, pools.OURS)])
+def test_the_plain_pool_logs_its_path_once(copy, says, monkeypatch, caplog):
+    monkeypatch.setattr(pools, "_logged", set())
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (copy, "the reader's reason"))
+    pool, rows = support.layout_rows([5], 4, 3, 2, seed=1)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        for _ in range(2):
+            hook(None, pool, rows, *support.draft_args([5], 4, 2), 3, 4)
+    lines = [r.getMessage() for r in caplog.records if "v2 draft copy on" in r.getMessage()]
+    assert len(lines) == 1 and says in lines[0] and "the reader's reason" in lines[0], lines
+
+
+# --------------------------------------------------------------- the verdict follows the buffer table
+
+
+def test_the_verdict_is_derived_again_when_the_buffer_table_is():
+    """A buffer replaced by another tensor object at the id of the dead one (CPython reuses freed
+    slots; not reproducible on demand under pytest) leaves every buffer id as it was, while the
+    buffer table is re-built (``kv_copy`` sees the death through its weak references). Here the
+    same state, made in place: the buffer's storage view swapped (``set_``, same object), and the
+    table's death flag set as the dead buffer's weak reference would have set it."""
+    from sglang_eagle_paged.adapters.common import kv_copy
+
+    pool = support.make_pool(4, 256)
+    k0 = pool.k_buffer[0]
+    shape, stride = k0.shape, k0.stride()
+    k0.set_(k0.untyped_storage(), 0, (shape[0], shape[2], shape[1]), (stride[0], stride[2], stride[1]))
+    assert not k0.is_contiguous()
+    assert pools.copy_table(pool) is None  # declined: a non-contiguous buffer
+    k0.set_(k0.untyped_storage(), 0, shape, stride)  # contiguous again, every id unchanged
+    getattr(pool, kv_copy._TABLE_ATTR).alive[0] = False
+    assert pools.decline_reason(pool) is None
+    table = pools.copy_table(pool)
+    assert table is not None and table.keys[0][0] == k0.data_ptr()

@@ -29,11 +29,11 @@ def test_no_new_specialisation_after_warm_up():
     start = support.snapshot(pool)
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
         assert warm_up.after_hook("result", worker) == "result"
-        warm_up.after_hook(None, worker)  # a second call (alloc_memory_pool after __init__) compiles nothing more
+        warm_up.after_hook(None, worker)  # a second call (a subclass calling its parent's hooked method too) compiles nothing more
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))
     with capture_specializations(_duplicate_prefix_tail_kernel) as serving:
         for (_, rows), seq in zip(layouts, batches):
             rows = rows.clamp_max(pool.size)
@@ -49,13 +49,32 @@ def test_slot_dtype_of_the_rows_is_warmed():
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm64:
         warm_up.warm_up_worker(worker)
     with capture_specializations(_duplicate_prefix_tail_kernel) as serve32:
-        duplicate.make_hook(Mode.ON, copy_decision=lambda: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
+        duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
     assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
 
 
 def test_nothing_to_warm_without_pool_or_for_declined_pools():
-    assert not warm_up.warm_up_worker(SimpleNamespace(topk=4, draft_runner=None))  # __init__ before alloc_memory_pool
+    assert not warm_up.warm_up_worker(SimpleNamespace(topk=4, draft_runner=None))  # no draft runner yet
     pool = support.make_pool(4, 64)
     pool.use_hnd = True
     assert not warm_up.warm_up_pool(pool, 4, 4, torch.int32)
     assert not warm_up.warm_up_pool(support.make_pool(4, 64), 1, 4, torch.int32)
+
+
+def test_nothing_compiles_where_the_reader_never_reads_the_copy():
+    from sglang.srt.layers.attention import flashattention_backend as fa3b
+    from sglang.srt.layers.attention import flashinfer_backend as fib
+    from sglang.srt.layers.attention import triton_backend as trb
+
+    compiled = {}
+    for cls in (trb.TritonMultiStepDraftBackend, fib.FlashInferMultiStepDraftBackend,
+                fa3b.FlashAttentionMultiStepBackend):
+        pool, rows = support.layout_rows([5], 8, 3, 2, seed=6)
+        worker = SimpleNamespace(topk=3, draft_runner=SimpleNamespace(
+            token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows),
+            draft_attn_backend=object.__new__(cls)))
+        with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
+            warm_up.after_hook(None, worker)
+        compiled[cls.__name__] = len(warm)
+    assert compiled == {"TritonMultiStepDraftBackend": 0, "FlashInferMultiStepDraftBackend": 0,
+                        "FlashAttentionMultiStepBackend": 1}

@@ -1,0 +1,101 @@
+"""A failure on our path never reaches SGLang's scheduler: that call runs SGLang's own function,
+our path is switched off for the process with one ERROR line, and the KV ends exactly as SGLang's
+function leaves it. A kernel that fails at warm-up switches our path off before serving.
+
+Failures are made in our own code (our module attributes: the buffer-table verdict, the pairs,
+the kernel launch), never by replacing SGLang's functions."""
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+import v2_support as support
+
+support.require_sglang()
+
+import torch  # noqa: E402
+from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
+
+from sglang_eagle_paged.adapters.v2 import duplicate, pools, warm_up  # noqa: E402
+from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
+from sglang_eagle_paged.settings import Mode  # noqa: E402
+
+torch.set_num_threads(1)
+SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
+PAGE, TOPK, STEPS, SEQ = 4, 3, 2, [5, 6, 7]
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(duplicate, "_switched_off", [], raising=False)
+
+
+def _layout():
+    pool, rows = support.layout_rows(SEQ, PAGE, TOPK, STEPS, seed=4)
+    support.fill_random(pool, 4)
+    args = support.draft_args(SEQ, PAGE, STEPS)
+    start = support.snapshot(pool)
+    SGLANG_FN(pool, rows, *args, TOPK, PAGE)
+    theirs = support.snapshot(pool)
+    support.restore(pool, start)
+    return pool, rows, args, theirs
+
+
+def _half_then_fail(table, tgt, src):
+    # our kernel copies half the pairs, then the launcher fails: a partial write before the error
+    n = tgt.numel() // 2
+    duplicate_kv_pairs(table, tgt[:n], src[:n])
+    raise RuntimeError("launch failed")
+
+
+def _raise(*_a, **_k):
+    raise RuntimeError("broken on purpose")
+
+
+@pytest.mark.parametrize("module,attr,fn", [
+    (pools, "decline_reason", _raise),            # building the verdict / buffer table
+    (duplicate, "tail_pairs", _raise),            # building the pairs
+    (duplicate, "duplicate_kv_pairs", _raise),    # the launch (compile errors included)
+    (duplicate, "duplicate_kv_pairs", _half_then_fail),
+], ids=["verdict", "pairs", "launch", "partial-launch"])
+def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, attr, fn, fresh, monkeypatch, caplog):
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        return fn(*a, **k)
+
+    monkeypatch.setattr(module, attr, broken)
+    pool, rows, args, theirs = _layout()
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (True, "copy"))
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        assert hook(SGLANG_FN, pool, rows, *args, TOPK, PAGE) is None
+        got = support.snapshot(pool)
+        support.fill_random(pool, 9)
+        hook(SGLANG_FN, pool, rows, *args, TOPK, PAGE)  # switched off: ours is not tried again
+    for a, b in zip(theirs, got):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    assert len(calls) == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "switched off" in errors[0].getMessage() and "RuntimeError" in errors[0].getMessage()
+    assert duplicate.switched_off()
+
+
+def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh, monkeypatch, caplog):
+    def compile_error(*_a, **_k):
+        raise RuntimeError("triton compilation failed")
+
+    monkeypatch.setattr(warm_up, "duplicate_kv_pairs", compile_error)
+    pool, rows, args, theirs = _layout()
+    worker = SimpleNamespace(topk=TOPK, draft_runner=SimpleNamespace(
+        token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows)))
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        assert warm_up.after_hook("result", worker) == "result"  # start-up goes on
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "warm-up" in errors[0].getMessage()
+    with support.observe() as (_probe, launches):
+        duplicate.make_hook(Mode.ON)(SGLANG_FN, pool, rows, *args, TOPK, PAGE)
+    assert "_duplicate_kv_kernel" not in launches and launches  # SGLang's own copy ran
+    for a, b in zip(theirs, support.snapshot(pool)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
