@@ -137,7 +137,7 @@ def test_the_hook_decides_from_the_runners_backend(cls, copies, monkeypatch, cap
         hook(SGLANG_FN, pool, rows, *args, topk, page)
     want = theirs if copies else start
     assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(want, support.snapshot(pool)))
-    assert launches == (["_duplicate_kv_kernel"] if copies else [])
+    assert launches == (["_duplicate_prefix_tail_kernel"] if copies else [])
     # SGLang swaps the runner's backend when its step configuration changes: decided again
     runner.draft_attn_backend = None
     assert backends.pool_decision(pool)[0] is True

@@ -2,8 +2,8 @@
 our path is switched off for the process with one ERROR line, and the KV ends exactly as SGLang's
 function leaves it. A kernel that fails at warm-up switches our path off before serving.
 
-Failures are made in our own code (our module attributes: the buffer-table verdict, the pairs,
-the kernel launch), never by replacing SGLang's functions."""
+Failures are made in our own code (our module attributes: the buffer-table verdict, the kernel
+launch), never by replacing SGLang's functions."""
 
 import logging
 from types import SimpleNamespace
@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from sglang_eagle_paged.adapters.v2 import duplicate, pools, warm_up  # noqa: E402
-from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
+from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -42,10 +42,10 @@ def _layout():
     return pool, rows, args, theirs
 
 
-def _half_then_fail(table, tgt, src):
-    # our kernel copies half the pairs, then the launcher fails: a partial write before the error
-    n = tgt.numel() // 2
-    duplicate_kv_pairs(table, tgt[:n], src[:n])
+def _half_then_fail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size):
+    # our kernel copies half the batch's tails, then the launcher fails: a partial write before the error
+    n = max(1, rows.shape[0] // 2)
+    duplicate_prefix_tail(table, rows[:n], prefix_base[:n], last_page[:n], num_new_pages[:n], topk, page_size)
     raise RuntimeError("launch failed")
 
 
@@ -54,11 +54,10 @@ def _raise(*_a, **_k):
 
 
 @pytest.mark.parametrize("module,attr,fn", [
-    (pools, "decline_reason", _raise),            # building the verdict / buffer table
-    (duplicate, "tail_pairs", _raise),            # building the pairs
-    (duplicate, "duplicate_kv_pairs", _raise),    # the launch (compile errors included)
-    (duplicate, "duplicate_kv_pairs", _half_then_fail),
-], ids=["verdict", "pairs", "launch", "partial-launch"])
+    (pools, "decline_reason", _raise),              # building the verdict / buffer table
+    (duplicate, "duplicate_prefix_tail", _raise),   # the launch (compile errors included)
+    (duplicate, "duplicate_prefix_tail", _half_then_fail),
+], ids=["verdict", "launch", "partial-launch"])
 def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, attr, fn, fresh, monkeypatch, caplog):
     calls = []
 
@@ -86,7 +85,7 @@ def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh,
     def compile_error(*_a, **_k):
         raise RuntimeError("triton compilation failed")
 
-    monkeypatch.setattr(warm_up, "duplicate_kv_pairs", compile_error)
+    monkeypatch.setattr(warm_up, "compile_prefix_tail", compile_error)
     pool, rows, args, theirs = _layout()
     worker = SimpleNamespace(topk=TOPK, draft_runner=SimpleNamespace(
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows)))
@@ -96,6 +95,6 @@ def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh,
     assert len(errors) == 1 and "warm-up" in errors[0].getMessage()
     with support.observe() as (_probe, launches):
         duplicate.make_hook(Mode.ON)(SGLANG_FN, pool, rows, *args, TOPK, PAGE)
-    assert "_duplicate_kv_kernel" not in launches and launches  # SGLang's own copy ran
+    assert "_duplicate_prefix_tail_kernel" not in launches and launches  # SGLang's own copy ran
     for a, b in zip(theirs, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
