@@ -29,7 +29,7 @@ pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 [ -n "${SKIP_FI_WARM:-}" ] || tar cf - -C ~/.cache flashinfer | xz -T0 > $OUT/flashinfer-jit-cache.tar.xz
 export CUDA_VISIBLE_DEVICES=0
 if [ -z "${SKIP_KERNELS:-}" ]; then
-  timeout ${KERN_S:-200} python3 scripts/bench_kernels.py --out $R ${KERN_ARGS:-} > $R/bench_kernels.log 2>&1
+  timeout ${KERN_S:-200} python3 -m sglang_eagle_paged.bench.kernels --out $R ${KERN_ARGS:-} > $R/bench_kernels.log 2>&1
   echo "bench_kernels rc=$?" | tee -a $OUT/log.txt
 fi
 if [ -z "${SKIP_UPSTREAM:-}" ]; then  # SGLang's own example, for ratios from one run (run 2 has it)
