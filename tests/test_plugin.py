@@ -13,13 +13,11 @@ result.
 
 import importlib.metadata
 import json
-import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.plugin_runs import result, run_cases
 
 from sglang_eagle_paged import releases
 from sglang_eagle_paged.adapters.v1 import sglang_api as v1_api
@@ -68,13 +66,6 @@ CHANGED_SGLANG = ("import sglang_eagle_paged.releases as r; r.installed_version 
                   "h.check_hook_points = lambda v: 'duplicate_prefix_tail_to_draft_branches changed'")
 
 
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED") and k != "SGLANG_PLUGINS"}
-    env["TRITON_INTERPRET"] = "1"
-    env.update(extra)
-    return env
-
-
 def _py(pre="", action=LOAD):
     return [sys.executable, "-c", PROBE.format(pre=pre, action=action), json.dumps(TARGETS)]
 
@@ -99,19 +90,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    def one(item):
-        name, (cmd, extra) = item
-        p = subprocess.run(cmd, env=_env(**extra), cwd=ROOT, capture_output=True, text=True, timeout=600)
-        return name, p
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES.items()))
-
-
-def result(p):
-    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-    assert p.returncode == 0 and lines, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_cases(CASES, ROOT)
 
 
 def all_on(r):

@@ -9,14 +9,11 @@ each pays SGLang's import time (~5 s), so they are started together (two at a ti
 the first time any test of this module asks for a result.
 """
 
-import json
-import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.plugin_runs import result, run_cases
 
 from sglang_eagle_paged import releases
 
@@ -69,15 +66,6 @@ LOAD = "from sglang.srt.plugins import load_plugins; load_plugins()"
 BAD_TARGET = "import sglang_eagle_paged.adapters.v1.sglang_api as c; c.DRAFT_PREPROCESS = c.EAGLE_WORKER + '._no_such_method'"
 
 
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
-                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE")}
-    env["TRITON_INTERPRET"] = "1"
-    env.update(extra)
-    return env
-
-
 def _py(pre="", action=LOAD):
     return [sys.executable, "-c", PROBE.format(pre=pre, action=action)]
 
@@ -98,19 +86,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    def one(item):
-        name, (cmd, extra) = item
-        p = subprocess.run(cmd, env=_env(**extra), cwd=ROOT, capture_output=True, text=True, timeout=240)
-        return name, p
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES.items()))
-
-
-def result(p):
-    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-    assert p.returncode == 0 and lines, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return run_cases(CASES, ROOT, timeout=240)
 
 
 ALL_ON = {"draft": True, "move": True, "spec": True, "init": True, "standalone_init": True, "mode": "on",
