@@ -12,8 +12,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # The v1 adapter's tests, and those that drive the v1 worker's code (SGLang 0.5.12.post1's
-# EAGLEWorker, its draft preprocess and verify) to check ours against it.
-V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/bench/test_reliability.py)
+# EAGLEWorker, its draft preprocess, allocator warm-up and verify) to check or measure ours against it.
+V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/bench/test_reliability.py tests/bench/test_bench_kernels.py
+          tests/bench/test_bench_verify_free.py tests/bench/test_check_alloc_warm_up.py)
 
 PARTS="${TEST_PARTS:-v2 v1}"
 t0=$SECONDS
