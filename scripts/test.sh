@@ -12,8 +12,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # The v1 adapter's tests, and those that drive the v1 worker's code (SGLang 0.5.12.post1's
-# EAGLEWorker, its draft preprocess, allocator warm-up and verify) to check or measure ours against it.
-V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/bench/test_reliability.py tests/bench/test_bench_kernels.py
+# EAGLEWorker, its draft preprocess, allocator warm-up and verify) to check or measure ours against it:
+# the tree-extension kernels are compared with 0.5.12.post1's allocator and spec_utils functions.
+V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_reference.py
+          tests/kernels/test_tree_extension.py tests/bench/test_reliability.py tests/bench/test_bench_kernels.py
           tests/bench/test_bench_verify_free.py tests/bench/test_check_alloc_warm_up.py)
 
 PARTS="${TEST_PARTS:-v2 v1}"
