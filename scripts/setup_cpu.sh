@@ -2,8 +2,9 @@
 # Make SGLang importable on a CPU-only machine, reproducibly.
 #
 # Creates a virtualenv (default .venv in the repo root) and installs into it:
-#   * torch==2.13.0 (CPU wheel), triton==3.6.0 (its interpreter runs Triton
-#     kernels on CPU tensors with TRITON_INTERPRET=1), numpy<2.4
+#   * torch==2.13.0 (CPU wheel), triton (3.8.0 with SGLang 0.5.23, 3.6.0 with
+#     0.5.12.post1; its interpreter runs Triton kernels on CPU tensors with
+#     TRITON_INTERPRET=1), numpy<2.4
 #   * sglang (default 0.5.23, the v2 worker; SGLANG_VERSION=0.5.12.post1 for
 #     the v1 worker) with --no-deps (its full dependency set is CUDA-only)
 #   * the small packages SGLang imports when the modules this project uses load
@@ -32,13 +33,18 @@ STANDINS="$REPO/scripts/cpu_standins"
 STAMP="$VENV/.sglang_eagle_paged_cpu_setup"
 
 # --- what gets installed (exact pins: the set tested here) -----------------
-CORE=(
-  "torch==2.13.0"          # CPU wheel (pip picks the local +cpu build here)
-  "triton==3.6.0"          # TRITON_INTERPRET=1 runs kernels on CPU tensors
-  "numpy<2.4"              # triton 3.6.0's interpreter needs numpy < 2.4
-)
+# torch: the CPU build 2.13.0 in both. `pip install sglang==0.5.23` brings torch 2.14.1, but the
+# only 2.14.1 wheel for linux x86_64 on PyPI is the CUDA build (with several GB of NVIDIA libraries);
+# its CPU build is not on PyPI. triton: what each generation's users have (0.5.23 brings 3.8.0;
+# the v1 generation and the GPU machine's torch 2.11 use 3.6.0); its interpreter
+# (TRITON_INTERPRET=1) runs the kernels on CPU tensors.
 case "$SGLANG_VERSION" in
 0.5.12.post1)
+CORE=(
+  "torch==2.13.0"          # CPU wheel (pip picks the local +cpu build here)
+  "triton==3.6.0"
+  "numpy<2.4"              # triton 3.6.0's interpreter needs numpy < 2.4
+)
 SGLANG="sglang==$SGLANG_VERSION"   # installed with --no-deps
 # Found by trial (import, ModuleNotFoundError, add). Versions agree with
 # sglang 0.5.12.post1's Requires-Dist (it pins transformers and openai).
@@ -107,6 +113,11 @@ MODULES=(
 )
 ;;
 0.5.23)
+CORE=(
+  "torch==2.13.0"          # CPU wheel (pip picks the local +cpu build here)
+  "triton==3.8.0"          # what `pip install sglang==0.5.23` brings
+  "numpy<2.4"              # the lock's numpy, as in the v1 environment
+)
 SGLANG="sglang==$SGLANG_VERSION"   # installed with --no-deps
 # Found by trial on 0.5.23 (import, ModuleNotFoundError, add). Versions agree with
 # sglang 0.5.23's Requires-Dist where it pins (openai, compressed-tensors,

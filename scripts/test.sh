@@ -1,29 +1,59 @@
 #!/usr/bin/env bash
 # The whole CPU suite, as CI runs it (.ci/run): each SGLang generation in an environment of its own.
-#   .venv     SGLang 0.5.23 (v2): the v2 adapter's tests, against the real wheels of each v2 module home
-#   .venv-v1  SGLang 0.5.12.post1 (v1): everything else (the v1 adapter, the shared glue, kernels, tools, bench)
-# Builds (or reuses) both environments first. Extra arguments go to both pytest runs.
+#   .venv     SGLang 0.5.23 (v2, triton 3.8.0, what `pip install sglang` brings): everything that is not
+#             the v1 adapter (the v2 adapter, kernels, settings, releases, hooks, the plugin loader,
+#             tools, bench, models)
+#   .venv-v1  SGLang 0.5.12.post1 (v1, triton 3.6.0): the v1 adapter's tests (V1_TESTS)
+# Builds (or reuses) both environments first, then runs the two parts side by side (one process
+# each: the machine has two cores and the interpreted tests use one), each into its own log, which
+# is printed whole when both are done, v2 first. Extra arguments go to both pytest runs.
+# TEST_PARTS=v2 or TEST_PARTS=v1 runs one part alone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# The v1 adapter's tests, and those that drive the v1 worker's code (SGLang 0.5.12.post1's
+# EAGLEWorker, its draft preprocess, allocator warm-up and verify) to check or measure ours against it:
+# the tree-extension kernels are compared with 0.5.12.post1's allocator and spec_utils functions.
+V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_reference.py
+          tests/kernels/test_tree_extension.py tests/bench/test_reliability.py tests/bench/test_bench_kernels.py)
+
+PARTS="${TEST_PARTS:-v2 v1}"
 t0=$SECONDS
-bash scripts/setup_cpu.sh
-SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1 bash scripts/setup_cpu.sh
-bash scripts/fetch_sglang_wheels.sh
-bash scripts/setup_realmodel.sh .venv-v1
+if [[ $PARTS == *v2* ]]; then
+  bash scripts/setup_cpu.sh
+  bash scripts/fetch_sglang_wheels.sh
+  bash scripts/setup_realmodel.sh .venv
+fi
+if [[ $PARTS == *v1* ]]; then
+  SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1 bash scripts/setup_cpu.sh
+fi
 echo "[test] environments ready in $((SECONDS - t0)) s"
 
-V2_TESTS=(tests/adapters/v2 tests/test_settings.py tests/test_releases.py tests/test_hooks.py tests/test_layout.py
-          tests/tools/test_doctor_v2.py)
-existing=()
-for t in "${V2_TESTS[@]}"; do [[ -e $t ]] && existing+=("$t"); done
+ignore=()
+for t in "${V1_TESTS[@]}"; do ignore+=("--ignore=$t"); done
+
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+
+part() {  # name python pytest-args...
+  local name=$1 py=$2 t=$SECONDS rc=0
+  shift 2
+  "$py" -m pytest -q -p no:cacheprovider "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  echo "[test] $name part took $((SECONDS - t)) s (exit $rc)" >> "$logs/$name.log"
+  echo "$rc" > "$logs/$name.rc"
+}
+
+pids=()
+[[ $PARTS == *v2* ]] && { part v2 .venv/bin/python tests "${ignore[@]}" "$@" & pids+=($!); }
+[[ $PARTS == *v1* ]] && { part v1 .venv-v1/bin/python "${V1_TESTS[@]}" "$@" & pids+=($!); }
+wait "${pids[@]}"
 
 status=0
-t1=$SECONDS
-.venv/bin/python -m pytest -q -p no:cacheprovider "${existing[@]}" "$@" || status=$?
-echo "[test] v2 (SGLang 0.5.23) part took $((SECONDS - t1)) s"
-t2=$SECONDS
-.venv-v1/bin/python -m pytest -q -p no:cacheprovider tests --ignore=tests/adapters/v2 \
-  --ignore=tests/tools/test_doctor_v2.py "$@" || status=$?
-echo "[test] v1 (SGLang 0.5.12.post1) part took $((SECONDS - t2)) s"
+for name in v2 v1; do
+  [[ -f $logs/$name.rc ]] || continue
+  echo "===== $name part ($( [[ $name == v2 ]] && echo "SGLang 0.5.23" || echo "SGLang 0.5.12.post1" )) ====="
+  cat "$logs/$name.log"
+  [[ $(cat "$logs/$name.rc") == 0 ]] || status=1
+done
+echo "[test] suite took $((SECONDS - t0)) s"
 exit $status

@@ -1,59 +1,59 @@
-"""The plugin as SGLang loads it: entry point, allow-list, modes, version guard, failures.
+"""The plugin as SGLang loads it, on the SGLang installed (0.5.23 in the suite): entry point,
+allow-list, modes, settings, version guard, console scripts.
 
-``register()`` patches SGLang process-wide and cannot be undone, so every case
-that registers hooks runs in its own interpreter. The cases are independent and
-each pays SGLang's import time (~5 s), so they are started together (two at a time)
-the first time any test of this module asks for a result.
+What each generation hooks is named here by its adapter's own target names (v1: the draft
+preprocess, the post-verify move and the spec-args check; v2: the duplication's home in this
+release); ``tests/adapters/v1/test_plugin_hooks.py`` checks the v1 adapter's hooks one by one.
+
+``register()`` patches SGLang process-wide and cannot be undone, so every case that registers
+hooks runs in its own interpreter. The cases are independent and each pays SGLang's import time,
+so they are started together (two at a time) the first time any test of this module asks for a
+result.
 """
 
+import importlib.metadata
 import json
-import os
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.plugin_runs import result, run_cases
 
-from sglang_eagle_paged.adapters.v1 import sglang_api as compat
+from sglang_eagle_paged import releases
+from sglang_eagle_paged.adapters.v1 import sglang_api as v1_api
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CLI = BIN / "sglang-eagle-paged"
 
+VERSION = importlib.metadata.version("sglang")
+GENERATION = releases.support(VERSION, check_hook_points=lambda _v: None).generation
+
+
+def _required_targets() -> list:
+    if GENERATION == "v1":
+        return [v1_api.DRAFT_PREPROCESS, v1_api.MOVE_KV_CACHE, v1_api.SPEC_ARGS_CHECK]
+    from sglang_eagle_paged.adapters.v2 import hook_points
+
+    return [hook_points.home_for(VERSION).target]
+
+
+TARGETS = _required_targets()
+
 PROBE = r"""
-import json, logging, sys
+import json, logging, pkgutil, sys
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 {pre}
 {action}
 from importlib.metadata import entry_points
-from sglang.srt.speculative.eagle_worker import EAGLEWorker
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
-from sglang.srt.server_args import ServerArgs
-from sglang.srt.speculative.standalone_worker import StandaloneWorker
-import sglang.srt.layers.attention.flashattention_backend as fa3
-from sglang.srt.plugins.hook_registry import HookRegistry
 import sglang_eagle_paged.plugin as plugin
-from sglang_eagle_paged.adapters.common import kv_copy
+targets = json.loads(sys.argv[1])
 print("RESULT " + json.dumps({{
     "entry_points": sorted(f"{{ep.name}}={{ep.value}}" for ep in entry_points(group="sglang.srt.plugins")),
-    "draft": hasattr(EAGLEWorker._draft_preprocess_decode, "__wrapped__"),
-    "move": hasattr(MHATokenToKVPool.move_kv_cache, "__wrapped__"),
-    "spec": hasattr(ServerArgs._handle_speculative_decoding, "__wrapped__"),
-    "init": hasattr(EAGLEWorker.__init__, "__wrapped__"),
-    "standalone_init": hasattr(StandaloneWorker.__init__, "__wrapped__"),
-    # torch.compile's wrapper has __wrapped__ too: ask the registry what it patched
-    "fa3_expand": getattr(fa3, "__name__") + ".draft_decode_set_expand_metadata" in HookRegistry._patched,
-    "fa3_fused": getattr(fa3, "__name__") + ".FlashAttentionMultiStepBackend.init_forward_metadata_replay_cuda_graph"
-                 in HookRegistry._patched,
-    "verify_bookkeeping": "sglang.srt.speculative.spec_utils.get_src_tgt_cache_loc" in HookRegistry._patched
-                          and __import__("sglang.srt.speculative.eagle_info", fromlist=["x"]).get_src_tgt_cache_loc
-                          is __import__("sglang.srt.speculative.spec_utils", fromlist=["x"]).get_src_tgt_cache_loc,
-    # None where eagle_info's verify reaches the page-list split and free (verify_free.py)
-    "verify_free": __import__("sglang_eagle_paged.adapters.v1.verify", fromlist=["x"]).hooks_in_place(),
+    # SGLang's HookRegistry wraps with functools.wraps: asked of SGLang's objects, not of our records
+    "wrapped": [hasattr(pkgutil.resolve_name(t), "__wrapped__") for t in targets],
+    "hooked": plugin.hooked_targets(),
     "mode": plugin.active_mode(),
-    "kv_hook_installed": kv_copy.hook_installed["move_kv_cache"],
-    "prefix_check": [hasattr(EAGLEWorker.draft, "__wrapped__"), hasattr(EAGLEWorker.verify, "__wrapped__")],
 }}))
 """
 
@@ -64,20 +64,10 @@ PATCHED_SGLANG = "import sglang_eagle_paged.releases as r; r.installed_version =
 CHANGED_SGLANG = ("import sglang_eagle_paged.releases as r; r.installed_version = lambda: '0.5.99'; "
                   "import sglang_eagle_paged.adapters.v2.hook_points as h; "
                   "h.check_hook_points = lambda v: 'duplicate_prefix_tail_to_draft_branches changed'")
-BAD_TARGET = "import sglang_eagle_paged.adapters.v1.sglang_api as c; c.DRAFT_PREPROCESS = c.EAGLE_WORKER + '._no_such_method'"
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SGLANG_EAGLE_PAGED", "SGLANG_PLUGINS", "SGLANG_EAGLE_PAGED_FA3_EXPAND",
-                        "SGLANG_EAGLE_PAGED_CHECK_PREFIX", "SGLANG_EAGLE_PAGED_VERIFY_FREE")}
-    env["TRITON_INTERPRET"] = "1"
-    env.update(extra)
-    return env
 
 
 def _py(pre="", action=LOAD):
-    return [sys.executable, "-c", PROBE.format(pre=pre, action=action)]
+    return [sys.executable, "-c", PROBE.format(pre=pre, action=action), json.dumps(TARGETS)]
 
 
 CASES = {
@@ -92,13 +82,6 @@ CASES = {
     "patched_release": (_py(PATCHED_SGLANG), {}),
     "changed_on": (_py(CHANGED_SGLANG), {"SGLANG_EAGLE_PAGED": "on"}),
     "verify_free_bogus": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "sometimes"}),
-    "bad_target": (_py(BAD_TARGET), {}),
-    "bad_target_on": (_py(BAD_TARGET), {"SGLANG_EAGLE_PAGED": "on"}),
-    "fa3_expand": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "1"}),
-    "fa3_sglang": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "0"}),
-    "fa3_expand_bogus": (_py(), {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "maybe"}),
-    "check_prefix": (_py(), {"SGLANG_EAGLE_PAGED_CHECK_PREFIX": "1"}),
-    "verify_free_off": (_py(), {"SGLANG_EAGLE_PAGED_VERIFY_FREE": "0"}),
     "doctor": ([str(CLI), "doctor"], {}),
     "doctor_off": ([str(CLI), "doctor", "--no-self-test"], {"SGLANG_EAGLE_PAGED": "off"}),
     "demo": ([str(CLI), "demo"], {}),
@@ -107,30 +90,15 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def runs():
-    def one(item):
-        name, (cmd, extra) = item
-        p = subprocess.run(cmd, env=_env(**extra), cwd=ROOT, capture_output=True, text=True, timeout=240)
-        return name, p
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, CASES.items()))
+    return run_cases(CASES, ROOT)
 
 
-def result(p):
-    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
-    assert p.returncode == 0 and lines, f"rc={p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+def all_on(r):
+    return r["wrapped"] == [True] * len(TARGETS) and set(TARGETS) <= set(r["hooked"])
 
 
-ALL_ON = {"draft": True, "move": True, "spec": True, "init": True, "standalone_init": True, "mode": "on",
-          "kv_hook_installed": True, "verify_bookkeeping": True, "verify_free": None}
-NONE = {"draft": False, "move": False, "spec": False, "init": False, "standalone_init": False,
-        "kv_hook_installed": False, "verify_bookkeeping": False,
-        "verify_free": "get_target_cache_loc is not replaced"}
-
-
-def subset(r, want):
-    return {k: r[k] for k in want}
+def none_hooked(r):
+    return r["wrapped"] == [False] * len(TARGETS) and r["hooked"] == []
 
 
 # --- entry point and SGLang's allow-list ------------------------------------------------
@@ -138,64 +106,31 @@ def subset(r, want):
 def test_entry_point_and_load_plugins(runs):
     r = result(runs["default"])
     assert "eagle_paged=sglang_eagle_paged.plugin:register" in r["entry_points"]
-    assert subset(r, ALL_ON) == ALL_ON
+    assert all_on(r) and r["mode"] == "on", r
+    assert f"{GENERATION} adapter" in runs["default"].stderr and f"sglang {VERSION}" in runs["default"].stderr
 
 
 def test_allow_list_naming_us_loads(runs):
     r = result(runs["allow_ours"])
-    assert subset(r, ALL_ON) == ALL_ON
+    assert all_on(r) and r["mode"] == "on", r
 
 
 def test_allow_list_without_us_skips(runs):
     r = result(runs["allow_other"])
-    assert subset(r, NONE) == NONE and r["mode"] is None
+    assert none_hooked(r) and r["mode"] is None, r
 
 
-# --- modes ---------------------------------------------------------------------------------
+# --- modes and settings -----------------------------------------------------------------
 
 def test_mode_off_hooks_nothing(runs):
     r = result(runs["off"])
-    assert subset(r, NONE) == NONE and r["mode"] == "off"
+    assert none_hooked(r) and r["mode"] == "off", r
 
 
-def test_mode_fake_hooks_the_same_targets_as_on(runs):
-    """fake skips the draft copy inside the worker; the post-verify move is ours in both modes."""
+def test_mode_fake_hooks_the_same_required_targets_as_on(runs):
+    """fake skips the copy inside our hooks; the targets are those of on."""
     r = result(runs["fake"])
-    want = {"draft": True, "spec": True, "move": True, "mode": "fake", "kv_hook_installed": True,
-            "verify_bookkeeping": True}
-    assert subset(r, want) == want
-    # drafts are wrong by design: start-up says so at WARNING level
-    assert "SGLANG_EAGLE_PAGED=fake: draft branches read KV that was never copied" in runs["fake"].stderr
-    assert "no effect on SGLang" not in runs["fa3_expand"].stderr  # v1 reads FA3_EXPAND
-
-
-def test_fa3_metadata_replacement_is_fused_by_default_and_can_be_turned_off(runs):
-    r = result(runs["default"])
-    assert r["fa3_expand"] is True and r["fa3_fused"] is True
-    assert "fa3 metadata=fused" in runs["default"].stderr
-    r = result(runs["fa3_sglang"])
-    assert r["fa3_expand"] is False and r["fa3_fused"] is False and subset(r, ALL_ON) == ALL_ON
-    r = result(runs["fa3_expand"])
-    assert r["fa3_expand"] is True and subset(r, ALL_ON) == ALL_ON
-    assert "fa3 metadata=expand" in runs["fa3_expand"].stderr and r["fa3_fused"] is False
-    assert "fa3 metadata=SGLang's" in runs["fa3_sglang"].stderr
-    p = runs["fa3_expand_bogus"]
-    assert p.returncode != 0 and "SGLANG_EAGLE_PAGED_FA3_EXPAND" in p.stderr
-
-
-def test_prefix_check_hooks_only_when_asked(runs):
-    """The debug check wraps EAGLEWorker.draft and .verify with SGLANG_EAGLE_PAGED_CHECK_PREFIX=1 only."""
-    for name in ("default", "fake", "off"):
-        assert result(runs[name])["prefix_check"] == [False, False], name
-    r = result(runs["check_prefix"])
-    assert r["prefix_check"] == [True, True] and subset(r, ALL_ON) == ALL_ON
-    assert "prefix check=on" in runs["check_prefix"].stderr and "prefix check=off" in runs["default"].stderr
-
-
-def test_verify_page_list_free_hooks_unless_turned_off(runs):
-    r = result(runs["verify_free_off"])
-    assert r["verify_free"] == "get_target_cache_loc is not replaced"
-    assert subset(r, {**ALL_ON, "verify_free": None}) == {**ALL_ON, "verify_free": r["verify_free"]}
+    assert all_on(r) and r["mode"] == "fake", r
 
 
 def test_an_unknown_boolean_stops_start_up_naming_the_variable(runs):
@@ -216,7 +151,7 @@ def test_invalid_mode_exits_naming_valid_values(runs):
 def test_unsupported_version_goes_inactive_with_warning(runs):
     p = runs["old_default"]
     r = result(p)
-    assert subset(r, NONE) == NONE and r["mode"] == "inactive"
+    assert none_hooked(r) and r["mode"] == "inactive", r
     warnings = [line for line in p.stderr.splitlines() if line.startswith("WARNING:sglang_eagle_paged")]
     assert len([w for w in warnings if "inactive" in w]) == 1 and "0.5.7" in warnings[0], p.stderr[-3000:]
 
@@ -230,7 +165,7 @@ def test_unsupported_version_with_explicit_on_exits(runs):
 
 def test_a_patched_release_is_left_to_the_patch(runs):
     r = result(runs["patched_release"])
-    assert subset(r, NONE) == NONE and r["mode"] == "inactive"
+    assert none_hooked(r) and r["mode"] == "inactive", r
     assert "patch --apply" in runs["patched_release"].stderr
 
 
@@ -240,33 +175,13 @@ def test_a_newer_release_with_changed_hook_points_is_refused_when_asked_for(runs
     assert "0.5.99 is newer than 0.5.23" in p.stderr and "duplicate_prefix_tail_to_draft_branches changed" in p.stderr
 
 
-# --- a hook that cannot be applied ---------------------------------------------------------
-
-def test_unresolvable_target_leaves_the_plugin_inert_when_the_mode_is_unset(runs):
-    p = runs["bad_target"]
-    r = result(p)
-    hooked = {k: v for k, v in NONE.items() if k != "verify_free"}
-    assert subset(r, hooked) == hooked and r["mode"] == "inactive"  # nothing registered: nothing for SGLang to apply
-    assert r["verify_free"] is not None  # the verify does not reach ours (building the hooks recorded SGLang's function)
-    ours = [line for line in p.stderr.splitlines() if "[sglang-eagle-paged]" in line]
-    assert len(ours) == 1 and ours[0].startswith("WARNING") and "_no_such_method" in ours[0], ours
-
-
-def test_unresolvable_target_exits_when_on_was_asked_for(runs):
-    p = runs["bad_target_on"]
-    assert p.returncode != 0 and "RESULT" not in p.stdout
-    assert "cannot find sglang.srt.speculative.eagle_worker.EAGLEWorker._no_such_method" in p.stderr
-    assert "SGLANG_EAGLE_PAGED=off" in p.stderr
-
-
 # --- console scripts ----------------------------------------------------------------------
 
 def test_doctor(runs):
     p = runs["doctor"]
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "all checks passed" in p.stdout
-    for target in (compat.DRAFT_PREPROCESS, "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.move_kv_cache",
-                   compat.SPEC_ARGS_CHECK):
+    for target in TARGETS:
         assert any(line.startswith("[ok  ] hook") and target in line for line in p.stdout.splitlines()), target
     assert "[ok  ] kernel self-test" in p.stdout
 

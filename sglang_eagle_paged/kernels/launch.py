@@ -12,17 +12,20 @@ variant depends only on the tensors' dtypes, the integers' widths, the constexpr
 options, which is the key here. A key's first call goes through Triton (which compiles if it
 must) and keeps the compiled variant it returns; later calls with that key go straight to the
 variant's launcher. Every other call goes through Triton: the interpreter, a launch hook set
-(a profiler's), an argument of another type, a kernel that specialises on values, a Triton
-release other than the one this was checked on (3.6, whose launcher's calling convention it
-uses), or ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH=0`` (read once, from :mod:`sglang_eagle_paged.settings`). Triton's debug and instrumentation settings
-are those of a variant's first launch.
+(a profiler's), a kernel's pre-run hook, a compile-pipeline inspection hook (Triton 3.8 adds it
+to the variant's key), an argument of another type, a kernel that specialises on values, a
+Triton release other than those this was checked on (3.6 and 3.8: ``JITFunction.run`` calls the
+variant's launcher the same way in both, ``tests/kernels/test_launch.py`` reads it from the
+installed Triton), or ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH=0`` (read once, from
+:mod:`sglang_eagle_paged.settings`). Triton's debug and instrumentation settings are those of a
+variant's first launch.
 """
 
 import torch
 import triton
 from triton import knobs
 
-CHECKED_TRITON = ("3.6",)
+CHECKED_TRITON = ("3.6", "3.8")
 
 _UNSUPPORTED = object()
 
@@ -85,11 +88,12 @@ def _fast_path_possible(kernel) -> bool:
         _ENABLED = _enabled()
     if not _ENABLED or not hasattr(kernel, "device_caches"):  # the interpreter's kernels: no variants
         return False
-    # Triton 3.6 keeps launch hooks in (normally empty) chains; a profiler adds to them
+    # Triton keeps launch hooks in (normally empty) chains; a profiler adds to them
     for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
         if hook is not None and getattr(hook, "calls", True):
             return False
-    return True
+    # hooks that Triton's run() calls or keys variants on, which the launcher alone would skip
+    return not getattr(kernel, "pre_run_hooks", ()) and getattr(knobs.runtime, "add_stages_inspection_hook", None) is None
 
 
 def launch(kernel, grid, args: tuple, constexprs: dict, **options) -> None:

@@ -22,7 +22,10 @@ if _STANDINS.is_dir() and str(_STANDINS) not in sys.path:
 
 import torch  # noqa: E402
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.common import get_last_loc_torch  # noqa: E402
+try:  # its home up to 0.5.12.post1
+    from sglang.srt.mem_cache.common import get_last_loc_torch  # noqa: E402
+except ImportError:  # 0.5.23's
+    from sglang.srt.mem_cache.allocation import get_last_loc_torch  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 
 
@@ -88,8 +91,12 @@ def allocate_prefixes(pools: Pools, seq_lens) -> torch.Tensor:
     """
     seq_lens = torch.as_tensor(seq_lens, dtype=torch.int64)
     bs = seq_lens.numel()
-    reqs = [SimpleNamespace(req_pool_idx=None, is_chunked=0, kv_committed_len=0) for _ in range(bs)]
-    idx = pools.req_to_token_pool.alloc(reqs)
+    pool = pools.req_to_token_pool
+    if hasattr(pool, "alloc_rows"):  # 0.5.23: rows without a Req bound to them
+        idx = pool.alloc_rows(bs)
+    else:  # up to 0.5.12.post1: alloc(reqs) takes whatever has these fields
+        reqs = [SimpleNamespace(req_pool_idx=None, is_chunked=0, kv_committed_len=0) for _ in range(bs)]
+        idx = pool.alloc(reqs)
     assert idx is not None, "out of request slots"
     req_pool_indices = torch.tensor(idx, dtype=torch.int64)
     prefix_lens = torch.zeros(bs, dtype=torch.int64)

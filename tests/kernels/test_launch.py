@@ -40,7 +40,7 @@ class StandIn:
         self.params = [Param(0, "x", dns_align=align_exempt), Param(1, "n", dns=True),
                        Param(2, "BLOCK", constexpr=True), Param(3, "FLAG", constexpr=True, default=7)]
         self.arg_names = [p.name for p in self.params]
-        self.log, self.variants = [], {}
+        self.log, self.variants, self.pre_run_hooks = [], {}, []
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
@@ -107,6 +107,45 @@ def test_other_argument_types_and_launch_hooks_go_through_triton(monkeypatch):
     assert [e[0] for e in k.log] == ["triton"] * 4 + ["launcher"]
 
 
+def test_hooks_that_tritons_run_calls_or_keys_on_go_through_triton(monkeypatch):
+    k, x = StandIn(), torch.zeros(4, dtype=torch.int64)
+    launch(k, (1,), (x, 5), dict(BLOCK=64))
+    k.pre_run_hooks.append(lambda *a, **kw: None)  # Triton calls these before every launch
+    launch(k, (1,), (x, 5), dict(BLOCK=64))
+    k.pre_run_hooks.clear()
+    # Triton 3.8 adds the inspection hook's hash to the variant's key; 3.6 has the knob too
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", lambda: ("k", "h"), raising=False)
+    launch(k, (1,), (x, 5), dict(BLOCK=64))
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", None)
+    launch(k, (1,), (x, 5), dict(BLOCK=64))
+    assert [e[0] for e in k.log] == ["triton"] * 3 + ["launcher"]
+
+
+def test_the_installed_triton_calls_the_launcher_as_launch_does():
+    """``launch`` calls a variant's launcher the way the installed Triton's ``JITFunction.run``
+    does (read from its source: the stand-ins above cannot see a changed convention), and the
+    installed Triton is one of the checked releases, so the direct path is on in this
+    environment (3.8 with SGLang 0.5.23, 3.6 in the v1 environment and on the GPU machine)."""
+    import inspect
+
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    assert ".".join(triton.__version__.split(".")[:2]) in launch_mod.CHECKED_TRITON, triton.__version__
+    src = inspect.getsource(JITFunction.run)
+    start = src.index("kernel.run(") + len("kernel.run(")
+    depth, end = 1, start
+    while depth:  # to the call's closing parenthesis
+        depth += {"(": 1, ")": -1}.get(src[end], 0)
+        end += 1
+    args = [a.strip() for a in src[start:end - 1].split(",")]
+    assert args == ["grid_0", "grid_1", "grid_2", "stream", "kernel.function", "kernel.packed_metadata",
+                    "launch_metadata", "knobs.runtime.launch_enter_hook", "knobs.runtime.launch_exit_hook",
+                    "*bound_args.values()"], args
+    # every parameter, constexprs and defaults included, in signature order: what launch's tail adds
+    assert "binder(*args, **kwargs)" in src
+
+
 def test_the_interpreter_launches_as_before():
     class Interpreted:  # no device_caches: the interpreter's stand-in for a kernel
         def __init__(self):
@@ -121,7 +160,8 @@ def test_the_interpreter_launches_as_before():
 
 
 @pytest.mark.parametrize("version,env,enabled", [("3.6.0", None, True), ("3.6.1", "1", True), ("3.6.0", "0", False),
-                                                 ("3.6.0", "off", False), ("3.7.0", None, False), ("3.5.1", None, False)])
+                                                 ("3.6.0", "off", False), ("3.7.0", None, False), ("3.5.1", None, False),
+                                                 ("3.8.0", None, True), ("3.8.0", "0", False), ("3.9.0", None, False)])
 def test_only_on_the_checked_triton_release_and_unless_turned_off(monkeypatch, version, env, enabled):
     import triton
 

@@ -4,12 +4,14 @@ If this fails, the setup broke; every other test's result is then meaningless.
 """
 
 import importlib
+import importlib.metadata
 import os
 from pathlib import Path
 
 import pytest
 
-SGLANG_MODULES = [
+# What scripts/setup_cpu.sh imports for each generation (the v1 worker's modules are gone in v2).
+V1_MODULES = [
     "sglang.srt.speculative.eagle_worker",
     "sglang.srt.mem_cache.memory_pool",
     "sglang.srt.mem_cache.allocator",
@@ -21,6 +23,17 @@ SGLANG_MODULES = [
     "sglang.srt.speculative.eagle_info",
     "sglang.srt.managers.schedule_batch",
 ]
+V2_MODULES = [
+    "sglang.srt.speculative.eagle_worker_common",
+    "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.speculative.standalone_worker_v2",
+    "sglang.srt.speculative.multi_layer_eagle_worker_v2",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.mem_cache.allocator",
+    "sglang.srt.plugins",
+    "sglang.srt.plugins.hook_registry",
+]
+SGLANG_MODULES = V1_MODULES if importlib.metadata.version("sglang") == "0.5.12.post1" else V2_MODULES
 
 cpu_only = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="checks the CPU (interpreted Triton) setup"
@@ -64,3 +77,12 @@ def test_triton_interpreter_runs_sglang_kv_copy_on_cpu():
     for layer in range(2):
         k = pool.get_key_buffer(layer)
         assert torch.equal(k[8:11], k[4:7])
+
+
+def test_triton_is_the_one_the_installed_sglang_brings():
+    """The suite runs on the Triton each generation's users have: `pip install sglang==0.5.23`
+    brings triton 3.8.0; the v1 environment (and the GPU machine's torch 2.11) keep 3.6.0."""
+    import triton
+
+    want = {"0.5.23": "3.8.0", "0.5.12.post1": "3.6.0"}[importlib.metadata.version("sglang")]
+    assert triton.__version__ == want

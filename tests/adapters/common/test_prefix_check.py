@@ -3,7 +3,7 @@
 Its hooks are called here as SGLang's HookRegistry calls an AROUND hook, around stand-ins
 for ``EAGLEWorker.draft`` / ``.verify``: our real draft preprocess (which duplicates pages),
 writes to draft slots, a verify-like extension, and deliberate corruptions of the prefix.
-Registration itself (only with the variable set) is tested in test_plugin.py.
+Registration itself (only with the variable set) is tested in tests/adapters/v1/test_plugin_hooks.py.
 """
 
 import logging
