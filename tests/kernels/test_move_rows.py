@@ -15,7 +15,7 @@ from sglang_eagle_paged.kernels.duplicate import KVBufferTable  # noqa: E402
 from sglang_eagle_paged.kernels.move_rows import (  # noqa: E402
     SMALL_PAIRS, _move_rows_kernel, move_kv_rows, warm_up_pair_counts)
 from sglang_eagle_paged.kernels.reference import move_kv_rows_ref  # noqa: E402
-from test_duplicate import randomize  # noqa: E402
+from test_duplicate_kv_pairs import randomize  # noqa: E402
 
 
 def pool_buffers(layers=2, head_num=2, head_dim=8, dtype=torch.bfloat16, size=512, seed=0):
