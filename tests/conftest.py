@@ -51,3 +51,15 @@ def _settings_follow_the_environment(monkeypatch):
 
     monkeypatch.setattr(settings, "current", settings.parse)
     yield
+
+
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler (KeyboardInterrupt) for a test that sends itself SIGINT, as the
+    device scripts' ``timeout -s INT`` does. A process started in the background by a shell (the
+    suite's two parts run side by side) inherits SIGINT ignored, and then Python installs no handler."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

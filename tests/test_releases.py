@@ -55,27 +55,17 @@ def test_patched_release():
     assert "older than 0.5.8" in releases.patched_release("0.5.7")
 
 
-def test_the_package_never_pins_sglang_below_the_newest():
-    import pathlib
-    import tomllib
-
-    root = pathlib.Path(releases.__file__).resolve().parents[1]
-    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    sglang = [d for d in deps if d.startswith("sglang")]
-    assert sglang == ["sglang>=0.5.8"]
-
-
-@pytest.mark.parametrize("version", ["0.5.8", "0.5.12.post1", "0.5.13", "0.5.17", "0.5.23", "0.5.24", "0.6.0"])
-def test_the_requirement_accepts_every_release_as_installed(version):
-    """pip keeps an installed release that satisfies the requirement: none is up- or downgraded."""
+def test_the_package_requires_neither_sglang_nor_torch():
+    """Installing the plugin never installs, upgrades or downgrades SGLang, torch or triton: it names
+    none of them (pip's resolver itself is asked in tests/test_packaging.py)."""
     import pathlib
     import tomllib
 
     from packaging.requirements import Requirement
 
     root = pathlib.Path(releases.__file__).resolve().parents[1]
-    req = Requirement(tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"][0])
-    assert req.name == "sglang" and req.specifier.contains(version, prereleases=True)
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"].get("dependencies", [])
+    assert not {Requirement(d).name for d in deps} & {"sglang", "torch", "triton"}
 
 
 def test_a_newer_release_with_0_5_23s_hook_points_is_served_untested():

@@ -244,7 +244,7 @@ def test_main_reports_the_passes_saved_before_an_interrupt(monkeypatch, tmp_path
     assert json.loads((tmp_path / "ab.json").read_text())["interrupted"] is True
 
 
-def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
+def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path, fake_server, sigint_raises):  # noqa: F811
     """SIGINT to the main thread (the device scripts' `timeout -s INT`) during the third measured pass:
     the servers stop, the JSON keeps the two passes before it and records nothing after."""
     import os

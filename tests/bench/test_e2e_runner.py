@@ -183,7 +183,7 @@ def test_builtin_servers_are_measured_after_all_of_ours_on_every_gpu(monkeypatch
 
 
 def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_path, questions,
-                                                                fake_servers):
+                                                                fake_servers, sigint_raises):
     """A time limit that stops the group must not leave its unmeasured servers looking measured
     (2026-11-30 run 3: lanes kept 'measuring' stopped servers and recorded 0 tok/s, no error)."""
     real_measure = e2e._measure

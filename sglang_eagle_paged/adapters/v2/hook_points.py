@@ -14,11 +14,12 @@ import ast
 import hashlib
 import importlib.metadata
 import inspect
-import pkgutil
 import textwrap
 from dataclasses import dataclass
 
 from packaging.version import Version
+
+from ...hooks import resolvable, resolve
 
 FUNCTION = "duplicate_prefix_tail_to_draft_branches"
 PARAMETERS = ("token_to_kv_pool", "rows", "prefix_base", "last_page", "num_new_pages", "topk", "page_size")
@@ -120,10 +121,10 @@ def _caller_code(caller):
 def check_home(home: Home) -> str | None:
     """None where ``home``'s hook points resolve in the SGLang importable here and are unchanged;
     else the first difference, in one line."""
-    try:
-        func = pkgutil.resolve_name(home.target)
-    except (ImportError, AttributeError) as exc:
-        return f"{home.target} does not resolve ({type(exc).__name__}: {exc})"
+    why = resolvable(home.target)  # an SGLang module that fails to import is named, not a missing attribute
+    if why is not None:
+        return f"{home.target} does not resolve ({why})"
+    func = resolve(home.target)
     try:
         params = tuple(inspect.signature(inspect.unwrap(func)).parameters)
     except (TypeError, ValueError) as exc:
@@ -136,10 +137,10 @@ def check_home(home: Home) -> str | None:
         return f"{home.target}: no source to fingerprint ({exc})"
     if fp not in KNOWN_FINGERPRINTS:
         return f"{home.target} has new code (fingerprint {fp}, known {', '.join(sorted(KNOWN_FINGERPRINTS))})"
-    try:
-        caller = pkgutil.resolve_name(home.caller)
-    except (ImportError, AttributeError) as exc:
-        return f"its caller {home.caller} does not resolve ({type(exc).__name__}: {exc})"
+    why = resolvable(home.caller)
+    if why is not None:
+        return f"its caller {home.caller} does not resolve ({why})"
+    caller = resolve(home.caller)
     try:
         names = _caller_code(caller).co_names
     except AttributeError:
