@@ -59,12 +59,8 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     table = pools.copy_table(token_to_kv_pool)
     if table is None:
         return False
-    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
-    return True
-
-
-def _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> None:
     duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    return True
 
 
 def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> bool:
@@ -79,7 +75,7 @@ def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, to
         pools.log_path(pool, f"copy skipped, nothing launched ({why})")
         return True
     pools.log_path(pool, f"{pools.OURS} ({why})")
-    _copy(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
+    duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 
