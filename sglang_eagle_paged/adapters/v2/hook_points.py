@@ -52,7 +52,7 @@ NEWEST = HOMES[-1]
 
 # fingerprint() of the function in every home: measured on the published wheels of
 # 0.5.13.post1, 0.5.15.post1, 0.5.17 and 0.5.23 (tests/adapters/v2/test_hook_points.py).
-KNOWN_FINGERPRINTS = frozenset({"9e1dcc67369c71c4"})
+KNOWN_FINGERPRINTS = frozenset({"696f0ff1978c13e2"})
 
 # The draft workers whose pool and draft decode backend exist once WARM_UP_METHOD returns: the
 # warm-up's "after" hooks, on each class that defines it (0.5.13.post1 .. 0.5.23: EagleDraftWorker
@@ -93,9 +93,22 @@ def fingerprint(func) -> str:
     return _hash(tree.body[0])
 
 
+def _canonical(value):
+    """The AST as nested tuples that read the same on every Python: ``ast.dump`` does not (3.12
+    added ``type_params`` to function nodes, 3.13 leaves empty fields out), so a field that is
+    None or an empty list is left out here; fields a newer Python adds arrive empty on old code."""
+    if isinstance(value, ast.AST):
+        fields = tuple((name, _canonical(getattr(value, name, None))) for name in value._fields
+                       if getattr(value, name, None) not in (None, []))
+        return (type(value).__name__, fields)
+    if isinstance(value, list):
+        return tuple(_canonical(v) for v in value)
+    return repr(value)
+
+
 def _hash(node) -> str:
     node = _StripDocstrings().visit(node)
-    return hashlib.sha256(ast.dump(node, annotate_fields=True, include_attributes=False).encode()).hexdigest()[:16]
+    return hashlib.sha256(repr(_canonical(node)).encode()).hexdigest()[:16]
 
 
 def home_for(version: str | None) -> Home:

@@ -72,6 +72,22 @@ def test_fingerprint_sees_code_changes_not_docstrings():
     assert changed != func_src and hp.fingerprint_source(changed) != known
 
 
+def test_fingerprint_reads_the_same_on_a_python_that_adds_ast_fields():
+    """The GPU machine's Python 3.12 gives function nodes a ``type_params`` field (empty on this
+    code) that 3.11 has not; ``ast.dump`` then hashed differently and the plugin refused 0.5.17
+    there. Here the 3.12 node is made by adding that field, empty, to every function node."""
+    src = _source("0.5.17", "sglang.srt.speculative.eagle_worker_common")
+    func = _function(ast.parse(src), hp.FUNCTION)
+    known = hp.fingerprint_source(src)
+    assert known in hp.KNOWN_FINGERPRINTS
+    for node in ast.walk(func):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "type_params" not in node._fields:
+            node._fields = node._fields + ("type_params",)
+            node.type_params = []
+    assert "type_params=[]" in ast.dump(func)  # what made ast.dump's hash differ
+    assert hp._hash(func) == known
+
+
 _PROBE = r"""
 import json, sys, warnings
 warnings.simplefilter("ignore")
