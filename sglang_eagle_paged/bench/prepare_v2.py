@@ -94,7 +94,7 @@ def measure(page_size, batch, a) -> dict:
     torch.cuda.synchronize()
     out = {name: time_calls(fn, a.iters, a.queued_ms) for name, fn in sides.items()}
     copied = (a.topk - 1) * sum(n % page_size for n in seq_lens)
-    del pool, rows
+    del pool, rows, args, sides  # the lambdas hold the pool too: without them every row's pool stays
     torch.cuda.empty_cache()
     return {"page_size": page_size, "batch": batch, "copied_slots": copied, **out}
 
@@ -109,6 +109,7 @@ def markdown(res: dict) -> str:
     for r in res["rows"]:
         lines.append(f"| {r['page_size']} | {r['batch']} | {r['copied_slots']} | {f(r['sglang']['host_ms'])} | "
                      f"{f(r['ours']['host_ms'])} | {f(r['sglang']['gpu_ms'])} | {f(r['ours']['gpu_ms'])} |")
+    lines += [f"\nNot measured (page {r['page_size']}, batch {r['batch']}): {r['why']}." for r in res.get("skipped", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -164,7 +165,11 @@ def main(argv=None) -> int:
            **{k: getattr(a, k) for k in ("topk", "steps", "layers", "heads", "head_dim", "iters", "queued_ms",
                                          "min_len", "max_len", "seed")}, "rows": []}
     for page, batch in tqdm(cases, desc="prepare_v2"):
-        res["rows"].append(measure(page, batch, a))
+        try:
+            res["rows"].append(measure(page, batch, a))
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            res.setdefault("skipped", []).append({"page_size": page, "batch": batch, "why": "out of GPU memory"})
         (out / "prepare_v2.json").write_text(json.dumps(res, indent=1))
     md = markdown(res)
     (out / "prepare_v2.md").write_text(md)

@@ -28,6 +28,8 @@ def test_the_table_names_both_sides_per_case():
     res = {"gpu": "G", "sglang": "0.5.17", "topk": 8, "steps": 5, "layers": 16, "heads": 8, "head_dim": 128,
            "queued_ms": 2.0, "iters": 50, "rows": [row]}
     assert "| 64 | 8 | 700 | 2.500 / 3.000 | 0.300 / 0.400 | 4.000 / 4.500 | 0.500 / 0.600 |" in prepare_v2.markdown(res)
+    res["skipped"] = [{"page_size": 128, "batch": 256, "why": "out of GPU memory"}]
+    assert "Not measured (page 128, batch 256): out of GPU memory." in prepare_v2.markdown(res)
 
 
 def test_without_a_gpu_it_says_so_in_one_line(tmp_path):
