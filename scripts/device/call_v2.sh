@@ -67,7 +67,7 @@ if [ -z "$DRY" ]; then
     "$PY" scripts/device/make_dummy_large.py /tmp/models > "$OUT/dummy_models.log" 2>&1 \
       || { tail -5 "$OUT/dummy_models.log"; exit 1; }
   fi
-  if [ "$SUB" != setup ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
+  if [ "$SUB" != setup ] && [ "$SUB" != prepare ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
   if { [ "$SUB" = correct ] || [ "$SUB" = ab ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
