@@ -244,6 +244,12 @@ if os.path.exists(os.path.join(os.path.dirname(sgl_kernel.__file__), "flash_ops.
 plugins = [e.value for e in entry_points(group="sglang.srt.plugins")]
 print(f"   sglang.srt.plugins entry points: {plugins}")
 assert any(v.startswith("sglang_eagle_paged") for v in plugins), "this package's plugin is not registered"
+# The plugin's own start-up check, as a server makes it (this machine's Python, not the CPU tests'):
+# a refusal here costs a setup call, not a measuring one.
+from sglang_eagle_paged.adapters.v2.hook_points import check_hook_points
+why = check_hook_points()
+assert why is None, f"the plugin would refuse this SGLang: {why}"
+print("   hook points OK")
 print(f"   imports OK in {time.time() - t:.1f}s")
 PYEOF
   say "import check passed: $(grep -E 'sglang |FA3 loaded|imports OK' "$LOG" | tail -3 | xargs)"
