@@ -48,6 +48,13 @@ def test_doctor_reports_v2_active_and_its_self_test_passes():
     assert "all checks passed" in out
 
 
+
+def test_doctor_says_whether_fa3_reads_in_place():
+    off = _run("doctor", "--no-self-test").stdout
+    assert "fa3 in place" in off and "SGLANG_EAGLE_PAGED_FA3_IN_PLACE unset: fa3 copies the prefix tail" in off
+    on = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_FA3_IN_PLACE="1").stdout
+    assert "on (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): fa3's draft reads the prefix tail where it lies" in on  # 0.5.23: proven
+
 def test_doctor_explicit_on_where_unsupported_is_one_clear_failure():
     p = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED="bogus")
     assert p.returncode != 0 and "SGLANG_EAGLE_PAGED='bogus' is not one of: on, off, fake" in p.stdout

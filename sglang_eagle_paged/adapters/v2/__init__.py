@@ -107,4 +107,15 @@ def doctor_lines(settings_or_mode) -> list:
         copy, reason = backends.pool_decision(pool)
         out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy else "skipped: ")
                     + reason))
+    if isinstance(settings_or_mode, Settings) and mode is Mode.ON:
+        out.append(("fa3 in place", _fa3_in_place_line(settings_or_mode.fa3_in_place, version)))
     return out
+
+
+def _fa3_in_place_line(asked: bool, version) -> str:
+    from ... import releases, settings
+
+    if not asked:
+        return f"off ({settings.FA3_IN_PLACE} unset: fa3 copies the prefix tail)"
+    problem = releases.fa3_in_place_problem(version)
+    return problem if problem else f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies"
