@@ -32,6 +32,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from helpers import pools as _pools  # noqa: E402,F401  (puts the CPU stand-ins on sys.path)
+from helpers.server_args import global_server_args  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
 from sglang_eagle_paged.kernels import assign_tree_draft_slots, pair_capacity  # noqa: E402
 from sglang_eagle_paged.kernels.assign import PAIR_SENTINEL  # noqa: E402
@@ -151,14 +152,9 @@ def sglang_reservation(page, topk, steps, num_draft_tokens, bs):
         spec_algorithm=SimpleNamespace(is_none=lambda: False),
         is_spec_v2=False,
     )
-    args = SimpleNamespace(speculative_num_steps=steps, speculative_eagle_topk=topk,
-                           speculative_num_draft_tokens=num_draft_tokens)
-    original = sb.get_global_server_args
-    sb.get_global_server_args = lambda: args
-    try:
+    with global_server_args(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                            speculative_num_draft_tokens=num_draft_tokens):
         return sb.ScheduleBatch.new_tokens_required_next_decode(fake)
-    finally:
-        sb.get_global_server_args = original
 
 
 def ceil_align(x, y):

@@ -3,7 +3,7 @@
 SGLang's ``get_last_loc_large_page_size_large_top_k`` reaches ``get_last_loc``, which
 picks its implementation from the global server args' attention backend: a Triton
 kernel for page-table backends (what a GPU server runs), torch for ``torch_native``.
-Both are compared, with ``get_global_server_args`` patched for the call only.
+Both are compared, the backend set for the call through SGLang's own server-args setter.
 """
 
 import os
@@ -11,12 +11,12 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import random  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
+from helpers.server_args import global_server_args  # noqa: E402
 from sglang_eagle_paged.kernels.reference import tree_extension_ref  # noqa: E402
 from sglang_eagle_paged.kernels.tree_extension import (  # noqa: E402
     BLOCK, _tree_extension_kernel, tree_extension)
@@ -25,12 +25,10 @@ PAGES = [2, 16, 64, 128]
 LARGE = 5000
 
 
-def sglang_tree_extension(monkeypatch, backend, req_to_token, req_pool_indices, seq_lens, page, topk, steps):
-    from sglang.srt.mem_cache import common
+def sglang_tree_extension(backend, req_to_token, req_pool_indices, seq_lens, page, topk, steps):
     from sglang.srt.speculative.spec_utils import get_last_loc_large_page_size_large_top_k
 
-    with monkeypatch.context() as m:
-        m.setattr(common, "get_global_server_args", lambda: SimpleNamespace(attention_backend=backend))
+    with global_server_args(attention_backend=backend):
         _, new_lens, last_loc, _, _, _ = get_last_loc_large_page_size_large_top_k(
             req_to_token, req_pool_indices, seq_lens, steps, topk, page)
     return new_lens, last_loc
@@ -55,7 +53,7 @@ def assert_same(out, want):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_matches_reference_and_sglang(monkeypatch, page):
+def test_matches_reference_and_sglang(page):
     rng = random.Random(page)
     for topk in range(1, 11):
         steps = rng.randint(1, 8)
@@ -64,11 +62,11 @@ def test_matches_reference_and_sglang(monkeypatch, page):
         out = tree_extension(*batch, page, topk, steps)
         assert_same(out, tree_extension_ref(*batch, page, topk, steps))
         for backend in ("fa3", "torch_native"):
-            assert_same(out, sglang_tree_extension(monkeypatch, backend, *batch, page, topk, steps))
+            assert_same(out, sglang_tree_extension(backend, *batch, page, topk, steps))
 
 
 @pytest.mark.parametrize("steps", range(1, 9))
-def test_every_edge_length_at_every_steps(monkeypatch, steps):
+def test_every_edge_length_at_every_steps(steps):
     """Every edge length in one batch, each page size, topk 1 and 10."""
     for page in PAGES:
         lens = torch.tensor(edge_lens(page))
@@ -78,7 +76,7 @@ def test_every_edge_length_at_every_steps(monkeypatch, steps):
         for topk in (1, 10):
             batch = (req_to_token, req_pool_indices, lens)
             out = tree_extension(*batch, page, topk, steps)
-            assert_same(out, sglang_tree_extension(monkeypatch, "fa3", *batch, page, topk, steps))
+            assert_same(out, sglang_tree_extension("fa3", *batch, page, topk, steps))
             assert out.last_loc[0] == -1  # prefix 0
             assert torch.equal(out.last_loc[1:], req_to_token[req_pool_indices[1:], lens[1:] - 1].long())
 
@@ -89,16 +87,16 @@ def test_every_edge_length_at_every_steps(monkeypatch, steps):
     (torch.int64, torch.int64, torch.int64),
     (torch.int32, torch.int64, torch.int64),
 ])
-def test_dtypes_follow_sglang(monkeypatch, seq_dtype, r2t_dtype, rpi_dtype):
+def test_dtypes_follow_sglang(seq_dtype, r2t_dtype, rpi_dtype):
     """Both outputs take ``seq_lens``'s dtype, as SGLang's Triton ``get_last_loc`` does (its torch
     fallback promotes to int64 for an int64 ``req_to_token``: values compared there, not dtypes)."""
     rng = random.Random(3)
     batch = random_batch(rng, 16, 9, seq_dtype, r2t_dtype, rpi_dtype)
     out = tree_extension(*batch, 16, 4, 3)
     assert out.seq_lens.dtype == out.last_loc.dtype == seq_dtype
-    assert_same(out, sglang_tree_extension(monkeypatch, "fa3", *batch, 16, 4, 3))
+    assert_same(out, sglang_tree_extension("fa3", *batch, 16, 4, 3))
     assert_same(out, tree_extension_ref(*batch, 16, 4, 3))
-    theirs = sglang_tree_extension(monkeypatch, "torch_native", *batch, 16, 4, 3)
+    theirs = sglang_tree_extension("torch_native", *batch, 16, 4, 3)
     assert torch.equal(out.seq_lens.long(), theirs[0].long()) and torch.equal(out.last_loc.long(), theirs[1].long())
 
 
