@@ -1,0 +1,120 @@
+"""The per-round trace summary (bench.round_profile) on a small hand-made Chrome trace, in the format
+torch.profiler writes: two whole rounds of a scheduler thread, their kernels, a host sync and the GPU's
+idle gaps, with and without Python stacks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from sglang_eagle_paged.bench import round_profile as rp
+
+SCHED, GPU = (1, 10), (0, 7)
+
+
+def _x(cat, name, ts, dur, where):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": where[0], "tid": where[1]}
+
+
+def _events(stack: bool) -> list:
+    py = [  # run_batch at 0 and 1000 are whole rounds; the one at 2000 is the stub the profiler's stop leaves
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 0, 800, SCHED),
+        _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(10): verify", 100, 400, SCHED),
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(20): process_batch_result", 550, 240, SCHED),
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 1000, 800, SCHED),
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 2000, 50, SCHED),
+    ]
+    host = [
+        _x("cpu_op", "aten::mm", 150, 100, SCHED),
+        _x("cuda_runtime", "cudaLaunchKernel", 160, 10, SCHED),
+        _x("cuda_runtime", "cudaStreamSynchronize", 400, 80, SCHED),
+        _x("cpu_op", "aten::add", 150, 5, (1, 99)),  # another thread: not the scheduler's
+    ]
+    gpu = [
+        _x("kernel", "void flash::flash_fwd_kernel<Ktraits, true>(Params)", 200, 200, GPU),
+        _x("kernel", "nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 400, 100, GPU),
+        _x("kernel", "_duplicate_kv_kernel", 500, 20, GPU),
+        _x("kernel", "assign_req_to_token_pool", 520, 20, GPU),
+        _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 540, 10, GPU),
+        _x("kernel", "void at::native::vectorized_elementwise_kernel<4, Fn>(int, Fn)", 550, 50, GPU),
+        _x("kernel", "void flash::flash_fwd_kernel<Ktraits, true>(Params)", 1000, 300, GPU),
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
+    ]
+    return (py if stack else []) + host + gpu
+
+
+@pytest.fixture
+def trace(tmp_path):
+    def write(stack: bool, gz: bool = False):
+        path = tmp_path / f"t-{stack}.trace.json{'.gz' if gz else ''}"
+        data = json.dumps({"traceEvents": _events(stack)}).encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path
+    return write
+
+
+def test_rounds_are_the_windows_between_run_batch_starts(trace):
+    s = rp.summarize(trace(True, gz=True))
+    assert (s["rounds"], s["rounds_from"], s["with_stack"], s["scheduler_thread"]) == (2, "run_batch", True, [1, 10])
+    pr = s["per_round"]
+    assert pr["wall_us"]["median"] == 1000
+    # round 1: busy 200..600; round 2: busy 1000..1300
+    assert sorted([pr["gpu_busy_us"]["p10"], pr["gpu_busy_us"]["p90"]]) == [300, 400]
+    assert pr["gpu_idle_us"]["mean"] == (600 + 700) / 2
+    # gaps: 0..200 and 600..1000 in round 1, 1300..2000 in round 2
+    assert pr["gpu_gaps"]["mean"] == 1.5 and pr["gpu_gap_us"]["mean"] == 650
+    assert pr["host_blocked_us"]["mean"] == 40 and pr["host_active_us"]["mean"] == 960
+
+
+def test_gpu_time_per_round_by_group_and_kernel(trace):
+    s = rp.summarize(trace(True))
+    assert s["gpu_groups_us_per_round"] == {"attention": 250, "gemm": 50, "ours": 10, "sglang_triton": 10,
+                                            "copy_memset": 5, "other": 25}
+    top = s["kernels"][0]
+    assert top["group"] == "attention" and top["us_per_round"] == 250 and top["count_per_round"] == 1
+    assert s["gpu_kernel_us_per_round"] == 350
+
+
+def test_scheduler_frames_and_what_it_was_in_when_the_gpu_idled(trace):
+    s = rp.summarize(trace(True))
+    frames = {r["name"]: r for r in s["python_frames"]}
+    # verify: 400 minus mm (100, the launch inside it) minus the sync (80), over 2 rounds
+    assert frames["eagle_worker_v2.py(10): verify"]["self_us_per_round"] == 110
+    # run_batch: 800 - 400 - 240 in round 1, 800 in round 2; the stub at 2000 is outside the rounds
+    assert frames["scheduler.py(3528): run_batch"]["self_us_per_round"] == 480
+    assert frames["scheduler.py(3528): run_batch"]["count_per_round"] == 1
+    by_frame = {r["name"]: r["us_per_round"] for r in s["idle_gaps_by_python_frame"]}
+    assert by_frame == {"scheduler.py(3528): run_batch": 450, "scheduler.py(20): process_batch_result": 200}
+
+
+def test_without_stacks_the_trace_is_spread_over_the_given_rounds(trace):
+    path = trace(False)
+    with pytest.raises(SystemExit, match="--rounds"):
+        rp.summarize(path)
+    s = rp.summarize(path, rounds=2)
+    assert (s["rounds"], s["rounds_from"], s["with_stack"], s["python_frames"]) == (2, "given", False, [])
+    # the same kernels, so the same split as with stacks
+    assert s["gpu_groups_us_per_round"] == rp.summarize(trace(True))["gpu_groups_us_per_round"]
+    assert s["per_round"]["wall_us"]["mean"] == (1300 - 150) / 2  # first host event to last kernel's end
+    assert s["per_round"]["host_blocked_us"]["mean"] == 40
+    assert {r["name"] for r in s["idle_gaps_by_host_event"]} <= {"aten::mm", "cudaStreamSynchronize", "(none)"}
+
+
+def test_our_kernels_are_read_from_the_source():
+    ours = rp.our_kernel_names()
+    assert {"_duplicate_kv_kernel", "_assign_tree_draft_slots_kernel", "_move_rows_kernel"} <= ours
+    assert rp.kernel_group("_move_rows_kernel", "kernel", ours) == "ours"
+    assert rp.kernel_group("_move_rows_kernel", "kernel", frozenset()) == "sglang_triton"
+
+
+def test_cli_writes_json_markdown_and_a_comparison(trace, tmp_path):
+    for name, stack in (("p1", True), ("p64", False)):
+        args = ["summarize", str(trace(stack)), "--out", str(tmp_path / f"{name}.json"), "--md", str(tmp_path / f"{name}.md")]
+        assert rp.main(args + ([] if stack else ["--rounds", "2"])) == 0
+    md = (tmp_path / "p1.md").read_text()
+    assert "| attention | 250.0 | 71.4% |" in md and "| eagle_worker_v2.py(10): verify | 110.0 |" in md
+    assert rp.main(["compare", str(tmp_path / "p1.json"), str(tmp_path / "p64.json"), "--names", "p1", "p64",
+                    "--md", str(tmp_path / "cmp.md")]) == 0
+    assert "| wall_us | 1,000.0 | 575.0 |" in (tmp_path / "cmp.md").read_text()
