@@ -2,8 +2,9 @@
 
 A round is one ``Scheduler.run_batch`` of the decode loop (draft, verify, draft-extend): with Python
 stacks in the trace, rounds are the windows between consecutive ``run_batch`` starts on the
-scheduler thread (the last, cut by the profiler's stop, is dropped); without them the trace is one
-window and every per-round number is its total divided by ``rounds`` (the profiled step count).
+scheduler thread that call a ``verify`` (prefill batches are left out and counted; the last window,
+cut by the profiler's stop, is dropped); without stacks the trace is one window and every per-round
+number is its total divided by ``rounds`` (the profiled step count, prefills included).
 
 Per round: wall time; GPU busy (union of kernels, copies and memsets) and idle (wall minus busy, as
 gaps); the scheduler thread's time blocked in host syncs and the rest (active); GPU time by kernel,
@@ -17,6 +18,7 @@ frames by self time; and what the scheduler was doing when the GPU went idle.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 import statistics
@@ -41,6 +43,7 @@ _ATTENTION = re.compile(r"flash|fmha|attn|attention|mha_", re.I)
 _GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|splitK|sm90_.*mma|_mma_", re.I)
 # A Triton kernel is named by its Python function alone; CUDA C++ kernels carry a signature.
 _TRITON_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VERIFY_FUNCTION = re.compile(r"\(\d+\): verify$")
 _JIT_DEF = re.compile(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def\s+(\w+)")
 
 
@@ -112,6 +115,11 @@ def _innermost(events: list[tuple], points: list[float]) -> list[int | None]:
     return found
 
 
+def _inside(sorted_times: list[float], a: float, b: float) -> bool:
+    i = bisect.bisect_left(sorted_times, a)
+    return i < len(sorted_times) and sorted_times[i] < b
+
+
 def _stats(values: list[float]) -> dict:
     if not values:
         return {"median": None, "mean": None, "p10": None, "p90": None}
@@ -153,15 +161,25 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
     starts = sorted(e["ts"] for e in sched
                     if e["cat"] == "python_function" and STEP_FUNCTION.search(short_name(e["name"])))
     with_stack = any(e["cat"] == "python_function" for e in sched)
+    other_rounds = 0
     if len(starts) >= 2:
         windows, rounds_from = list(zip(starts, starts[1:])), "run_batch"
+        # Prefill batches run_batch too: keep the rounds that verify (all, if none is seen to).
+        verifies = sorted(e["ts"] for e in sched if e["cat"] == "python_function" and VERIFY_FUNCTION.search(e["name"]))
+        kept = [w for w in windows if _inside(verifies, *w)]
+        if kept:
+            windows, other_rounds = kept, len(windows) - len(kept)
     else:
         span = [t for e in host + gpu for t in (e["ts"], e["ts"] + e["dur"])]
         if not span or not rounds:
             raise SystemExit(f"{path}: no run_batch frames in the trace: give --rounds (the profiled steps)")
         windows, rounds_from = [(min(span), max(span))], "given"
     n = len(windows) if rounds_from == "run_batch" else rounds
-    a0, b0 = windows[0][0], windows[-1][1]
+    w_starts = [a for a, _ in windows]
+
+    def in_rounds(ts: float, end: float | None = None) -> bool:
+        i = bisect.bisect_right(w_starts, ts) - 1
+        return i >= 0 and ts < windows[i][1] and (end is None or end <= windows[i][1])
 
     busy = _merge((e["ts"], e["ts"] + e["dur"]) for e in gpu)
     syncs = _merge((e["ts"], e["ts"] + e["dur"]) for e in sched if e["cat"] in RUNTIME_CATS and _is_sync(e["name"]))
@@ -184,7 +202,7 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
 
     kernels: dict[str, dict] = defaultdict(lambda: {"us": 0.0, "count": 0})
     for e in gpu:
-        if a0 <= e["ts"] < b0:
+        if in_rounds(e["ts"]):
             k = kernels[e["name"]]
             k["us"] += e["dur"]
             k["count"] += 1
@@ -197,7 +215,7 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
                            "count_per_round": k["count"] / n, "share": k["us"] / gpu_total if gpu_total else 0.0}
                           for name, k in kernels.items()), key=lambda r: (-r["us_per_round"], r["name"]))
 
-    inside = [e for e in sched if e["ts"] >= a0 and e["ts"] + e["dur"] <= b0]
+    inside = [e for e in sched if in_rounds(e["ts"], e["ts"] + e["dur"])]
     nested = [(e["ts"], e["dur"], (0, 0), i) for i, e in enumerate(inside)]
     selfs = _self_times(nested)
     frames: dict[str, dict] = defaultdict(lambda: {"self_us": 0.0, "total_us": 0.0, "count": 0})
@@ -228,6 +246,7 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
 
     return {
         "trace": str(path), "with_stack": with_stack, "rounds": n, "rounds_from": rounds_from,
+        "other_rounds": other_rounds,
         "scheduler_thread": list(thread) if thread else None,
         "per_round": {k: _stats(v) for k, v in per_round.items()},
         "gpu_groups_us_per_round": groups,
@@ -250,7 +269,8 @@ def _f(v, digits: int = 1) -> str:
 
 
 def markdown(s: dict, title: str) -> str:
-    how = ("windows between run_batch starts" if s["rounds_from"] == "run_batch"
+    how = (f"windows between run_batch starts that verify; {s.get('other_rounds', 0)} other run_batch windows "
+           "(prefill) left out" if s["rounds_from"] == "run_batch"
            else "the whole trace divided by the profiled steps (no Python stacks)")
     out = [f"## {title}\n\n{s['rounds']} rounds ({how}); Python stacks: {'yes' if s['with_stack'] else 'no'}; "
            f"gaps: GPU idle stretches of at least {s['gap_min_us']:.0f} us.\n\n"]

@@ -24,7 +24,12 @@ def _events(stack: bool) -> list:
         _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(10): verify", 100, 400, SCHED),
         _x("python_function", "/x/sglang/srt/managers/scheduler.py(20): process_batch_result", 550, 240, SCHED),
         _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 1000, 800, SCHED),
-        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 2000, 50, SCHED),
+        _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(10): verify", 1000, 100, SCHED),
+        # a prefill batch: no verify, so not a round
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 2000, 300, SCHED),
+        _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(727): _draft_extend_for_prefill",
+           2000, 200, SCHED),
+        _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 2500, 50, SCHED),
     ]
     host = [
         _x("cpu_op", "aten::mm", 150, 100, SCHED),
@@ -40,6 +45,7 @@ def _events(stack: bool) -> list:
         _x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", 540, 10, GPU),
         _x("kernel", "void at::native::vectorized_elementwise_kernel<4, Fn>(int, Fn)", 550, 50, GPU),
         _x("kernel", "void flash::flash_fwd_kernel<Ktraits, true>(Params)", 1000, 300, GPU),
+        _x("kernel", "void flash::flash_fwd_kernel<Ktraits, true>(Params)", 2000, 100, GPU),  # the prefill's
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
     ]
     return (py if stack else []) + host + gpu
@@ -58,6 +64,7 @@ def trace(tmp_path):
 def test_rounds_are_the_windows_between_run_batch_starts(trace):
     s = rp.summarize(trace(True, gz=True))
     assert (s["rounds"], s["rounds_from"], s["with_stack"], s["scheduler_thread"]) == (2, "run_batch", True, [1, 10])
+    assert s["other_rounds"] == 1
     pr = s["per_round"]
     assert pr["wall_us"]["median"] == 1000
     # round 1: busy 200..600; round 2: busy 1000..1300
@@ -80,10 +87,11 @@ def test_gpu_time_per_round_by_group_and_kernel(trace):
 def test_scheduler_frames_and_what_it_was_in_when_the_gpu_idled(trace):
     s = rp.summarize(trace(True))
     frames = {r["name"]: r for r in s["python_frames"]}
-    # verify: 400 minus mm (100, the launch inside it) minus the sync (80), over 2 rounds
-    assert frames["eagle_worker_v2.py(10): verify"]["self_us_per_round"] == 110
-    # run_batch: 800 - 400 - 240 in round 1, 800 in round 2; the stub at 2000 is outside the rounds
-    assert frames["scheduler.py(3528): run_batch"]["self_us_per_round"] == 480
+    # verify: 400 minus mm (100, the launch inside it) minus the sync (80), then 100, over 2 rounds
+    assert frames["eagle_worker_v2.py(10): verify"]["self_us_per_round"] == 160
+    # run_batch: 800 - 400 - 240 in round 1, 800 - 100 in round 2; the prefill and the stub are no rounds
+    assert frames["scheduler.py(3528): run_batch"]["self_us_per_round"] == 430
+    assert not any("prefill" in name for name in frames)
     assert frames["scheduler.py(3528): run_batch"]["count_per_round"] == 1
     by_frame = {r["name"]: r["us_per_round"] for r in s["idle_gaps_by_python_frame"]}
     assert by_frame == {"scheduler.py(3528): run_batch": 450, "scheduler.py(20): process_batch_result": 200}
@@ -95,9 +103,10 @@ def test_without_stacks_the_trace_is_spread_over_the_given_rounds(trace):
         rp.summarize(path)
     s = rp.summarize(path, rounds=2)
     assert (s["rounds"], s["rounds_from"], s["with_stack"], s["python_frames"]) == (2, "given", False, [])
-    # the same kernels, so the same split as with stacks
-    assert s["gpu_groups_us_per_round"] == rp.summarize(trace(True))["gpu_groups_us_per_round"]
-    assert s["per_round"]["wall_us"]["mean"] == (1300 - 150) / 2  # first host event to last kernel's end
+    # every kernel, the prefill's too (nothing tells the rounds apart)
+    assert s["gpu_groups_us_per_round"]["attention"] == (200 + 300 + 100) / 2
+    assert s["gpu_groups_us_per_round"]["gemm"] == rp.summarize(trace(True))["gpu_groups_us_per_round"]["gemm"]
+    assert s["per_round"]["wall_us"]["mean"] == (2100 - 150) / 2  # first host event to last kernel's end
     assert s["per_round"]["host_blocked_us"]["mean"] == 40
     assert {r["name"] for r in s["idle_gaps_by_host_event"]} <= {"aten::mm", "cudaStreamSynchronize", "(none)"}
 
@@ -114,7 +123,7 @@ def test_cli_writes_json_markdown_and_a_comparison(trace, tmp_path):
         args = ["summarize", str(trace(stack)), "--out", str(tmp_path / f"{name}.json"), "--md", str(tmp_path / f"{name}.md")]
         assert rp.main(args + ([] if stack else ["--rounds", "2"])) == 0
     md = (tmp_path / "p1.md").read_text()
-    assert "| attention | 250.0 | 71.4% |" in md and "| eagle_worker_v2.py(10): verify | 110.0 |" in md
+    assert "| attention | 250.0 | 71.4% |" in md and "| eagle_worker_v2.py(10): verify | 160.0 |" in md
     assert rp.main(["compare", str(tmp_path / "p1.json"), str(tmp_path / "p64.json"), "--names", "p1", "p64",
                     "--md", str(tmp_path / "cmp.md")]) == 0
-    assert "| wall_us | 1,000.0 | 575.0 |" in (tmp_path / "cmp.md").read_text()
+    assert "| wall_us | 1,000.0 | 975.0 |" in (tmp_path / "cmp.md").read_text()
