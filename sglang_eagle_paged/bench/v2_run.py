@@ -11,6 +11,10 @@ with ``--probe-dir`` every server also counts its host syncs (``probes/sync_prob
 
 ``ab`` runs every pair with :func:`.ab.run_pairs` in a folder of its own, ``DIR/<A>__<B>/``, so that
 a pair measured to the end by an earlier call is skipped and a cut-short one runs again.
+
+``profile`` (:mod:`.v2_profile`) profiles each configuration under a steady load through SGLang's
+``/start_profile`` and reduces every trace per verify round on the machine (:mod:`.round_profile`):
+  python -m sglang_eagle_paged.bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
 """
 
 import argparse
@@ -115,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="The v2-worker GPU run of issue 30 (bench/v2_sets.py).")
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, defaults in (("sweep", dict(questions=16, max_new=160, warmup=4, mem_fraction=0.5)),
-                           ("ab", dict(questions=32, max_new=256, warmup=8, mem_fraction=0.4))):
+                           ("ab", dict(questions=32, max_new=256, warmup=8, mem_fraction=0.4)),
+                           ("profile", dict(parallel=64, max_new=256, warmup=8, mem_fraction=0.4, ignore_eos=True,
+                                            cuda_graph_max_bs=64, max_running_requests=128))):
         s = sub.add_parser(name)
         s.add_argument("--target", required=True)
         s.add_argument("--draft", required=True)
@@ -130,9 +136,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
         add_workload_args(s, "also measure parallel 1 on this many")
         s.set_defaults(**defaults)
+    for which in ("sweep", "profile"):
+        sub.choices[which].add_argument("--set", default="correct", help=f"one of {', '.join(v2_sets.SETS)}")
+        sub.choices[which].add_argument("--only", help="comma-separated configuration names of the set")
     sw = sub.choices["sweep"]
-    sw.add_argument("--set", default="correct", help=f"one of {', '.join(v2_sets.SETS)}")
-    sw.add_argument("--only", help="comma-separated configuration names of the set")
     sw.add_argument("--concurrency", type=int, default=0, help="servers started together (0: all)")
     sw.add_argument("--gpus", type=int, default=1)
     sw.add_argument("--probe-dir", help="scripts/device/probes: count host syncs per draft step")
@@ -142,11 +149,23 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--also-parallel", help="more parallelisms each round measures, comma-separated (e.g. 128)")
     sa.add_argument("--settle-passes", type=int, default=1)
     sa.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    sp = sub.choices["profile"]
+    sp.set_defaults(only="on_p1,on_p64")
+    sp.add_argument("--steps", type=int, default=24, help="forward steps each profile records")
+    sp.add_argument("--load-questions", type=int, default=256,
+                    help="conversations of the steady load (long enough to outlast both profiles)")
+    sp.add_argument("--settle-s", type=float, default=5.0, help="seconds of load before the first profile")
+    sp.add_argument("--capture-timeout", type=float, default=120.0, help="seconds to wait for each trace")
+    sp.add_argument("--eos", dest="ignore_eos", action="store_false", help="let replies stop at EOS")
     return p
 
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    if a.cmd == "profile":
+        from . import v2_profile
+
+        return v2_profile.run(a, sized_for)
     return sweep(a) if a.cmd == "sweep" else ab(a)
 
 

@@ -1,0 +1,130 @@
+"""Profiles of v2 servers under a steady load (issue 36): where page 64's round time goes against page 1's.
+
+Every configuration's server starts with the others (:func:`.e2e.serve_group`, one GPU each in turn),
+warms up like the sweep (:func:`.e2e.warmup_mixes`), then serves a steady load (``--load-questions``
+conversations at ``--parallel``, replies ``--max-new`` tokens long) while SGLang's own torch profiler
+records ``--steps`` forward steps twice through ``/start_profile`` (:func:`.profile.capture`): first
+without Python stacks (true host and GPU times), then with them (which frames; stack tracing inflates
+host time). Each trace is reduced on the machine by :mod:`.round_profile` to ``DIR/<name>-<kind>.json``
+and ``.md``; ``DIR/profile.md`` puts the configurations side by side and ``DIR/profile.json`` keeps
+each server's record (the load's throughput, whether the load still ran when each trace ended).
+Raw traces stay in ``DIR/traces/``. Configurations with both summaries in ``profile.json`` are not
+run again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from . import profile, round_profile, v2_sets
+from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
+from .mtbench import load_questions, run_benchmark
+
+# Without stacks first: the load is at its steadiest then, and that trace's times are the true ones.
+KINDS = (("nostack", False), ("stack", True))
+
+
+def _summarize(trace: Path, out: Path, name: str, kind: str, steps: int) -> dict:
+    summary = round_profile.summarize(trace, rounds=steps)
+    (out / f"{name}-{kind}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / f"{name}-{kind}.md").write_text(round_profile.markdown(summary, f"{name}, {kind}"))
+    return summary
+
+
+def measure(server, name: str, record: dict, a, out: Path, load, warmup) -> None:
+    """Warm up, start the load, profile twice while it runs, wait for the load to end."""
+    bench_kw = dict(max_new_tokens=a.max_new, progress=False, ignore_eos=a.ignore_eos)
+    for mix, parallel in warmup_mixes(warmup, a.parallel):
+        run_benchmark(server.base_url, mix, parallel=parallel, **bench_kw)
+    result: dict = {}
+
+    def drive_load():
+        try:
+            result.update(run_benchmark(server.base_url, load, parallel=a.parallel, **bench_kw))
+        except Exception as exc:  # noqa: BLE001 - recorded, the profiles may still be good
+            result["error"] = f"{type(exc).__name__}: {exc}"
+
+    loader = threading.Thread(target=drive_load, name=f"load-{name}", daemon=True)
+    loader.start()
+    time.sleep(a.settle_s)  # every slot filled, the first prefills done
+    record["summaries"], record["load_running_after"], record["trace_mb"] = {}, {}, {}
+    for kind, stack in KINDS:
+        trace = profile.capture(server.base_url, str(out / "traces" / name / kind), num_steps=a.steps,
+                                drive=lambda: None, with_stack=stack, timeout=a.capture_timeout)
+        # A trace taken after the load drained would measure a smaller batch: say so.
+        record["load_running_after"][kind] = loader.is_alive()
+        if trace is None:
+            record.setdefault("errors", []).append(f"{kind}: no trace")
+            continue
+        record["trace_mb"][kind] = round(trace.stat().st_size / 2**20, 2)
+        _summarize(trace, out, name, kind, a.steps)
+        record["summaries"][kind] = f"{name}-{kind}.json"
+    loader.join()
+    record["load"] = result.get("summary")
+    if result.get("error"):
+        record.setdefault("errors", []).append(f"load: {result['error']}")
+
+
+def report(out: Path, names: list) -> str:
+    """Side by side per kind, then every summary's own tables."""
+    parts = ["# Round profiles under load\n"]
+    for kind, _ in KINDS:
+        have = [(n, out / f"{n}-{kind}.json") for n in names if (out / f"{n}-{kind}.json").is_file()]
+        if have:
+            parts.append(f"\n## {kind}\n\n")
+            summaries = [json.loads(p.read_text()) for _, p in have]
+            parts.append(round_profile.compare_markdown(summaries, [n for n, _ in have]).split("\n\n", 1)[1])
+    for n in names:
+        for kind, _ in KINDS:
+            md = out / f"{n}-{kind}.md"
+            if md.is_file():
+                parts.append("\n" + md.read_text())
+    return "".join(parts)
+
+
+def run(a, sized_for) -> int:
+    """``v2_run profile``: ``sized_for`` gives each configuration the command line's graph and running caps."""
+    cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
+    out = Path(a.out)
+    record_path = out / "profile.json"
+    records = json.loads(record_path.read_text()) if record_path.exists() else {}
+    todo = [c for c in cfgs if len((records.get(c.name) or {}).get("summaries") or {}) < len(KINDS)]
+    if a.dry_run:
+        for c in cfgs:
+            state = "to profile" if c in todo else "profiled already"
+            print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} "
+                  f"graph_bs={c.cuda_graph_max_bs} max_running={c.max_running_requests} ({state})")
+        print(f"[v2 profile] load {a.load_questions} conversations at parallel {a.parallel}, max_new {a.max_new}, "
+              f"ignore_eos={a.ignore_eos}; {a.steps} steps per profile: {', '.join(k for k, _ in KINDS)}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    questions = load_questions(a.question_file, None)
+    load = load_questions(a.question_file, a.load_questions)
+    warmup = _warmup_questions(questions, a.warmup)
+    launched = []
+    for i, cfg in enumerate(todo):
+        port = 30000 + 20 * i
+        args = server_args(cfg, a.target, a.draft, port, a.max_total_tokens, a.mem_fraction, a.load_format)
+        server, record, _ = launch(cfg, args, port=port, log_dir=str(out / "logs"), startup_timeout=600,
+                                   shared_gpu=len(todo) > 1)
+        launched.append((cfg.name, server, record))
+
+    def done(name, record):
+        records[name] = record
+        record_path.write_text(json.dumps(records, indent=1))
+        load_summary = record.get("load") or {}
+        print(f"[v2 profile] {name}: summaries={sorted(record.get('summaries') or {})} "
+              f"load tok/s={load_summary.get('output_throughput')} err={record.get('error', record.get('errors', ''))}",
+              flush=True)
+
+    try:
+        serve_group(launched, lambda name, server, record: measure(server, name, record, a, out, load, warmup), done)
+    finally:
+        for name, _, record in launched:
+            records.setdefault(name, record)
+        record_path.write_text(json.dumps(records, indent=1))
+        (out / "profile.md").write_text(report(out, [c.name for c in cfgs]))
+    return 0
