@@ -1,11 +1,17 @@
 """The per-round trace summary (bench.round_profile) on a small hand-made Chrome trace, in the format
 torch.profiler writes: two whole rounds of a scheduler thread, their kernels, a host sync and the GPU's
-idle gaps, with and without Python stacks."""
+idle gaps, with and without Python stacks; and bench.v2_profile's step of one server (two profiles during a
+load) against a stand-in of SGLang's /start_profile that writes that trace."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import threading
+import time
+from argparse import Namespace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +133,101 @@ def test_cli_writes_json_markdown_and_a_comparison(trace, tmp_path):
     assert rp.main(["compare", str(tmp_path / "p1.json"), str(tmp_path / "p64.json"), "--names", "p1", "p64",
                     "--md", str(tmp_path / "cmp.md")]) == 0
     assert "| wall_us | 1,000.0 | 975.0 |" in (tmp_path / "cmp.md").read_text()
+
+
+def test_a_real_torch_profiler_trace_is_read_the_same_way(tmp_path, monkeypatch):
+    """torch.profiler's own Chrome trace (CPU only here) of a stand-in scheduler: its Python frames carry
+    the names and threads that the rounds are found by."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "scheduler.py").write_text(
+        "import torch\n\n\ndef verify(x):\n    return torch.mm(x, x)\n\n\n"
+        "def run_batch(x):\n    return verify(x) + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import scheduler
+
+    x = torch.randn(8, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as p:
+        for _ in range(4):
+            scheduler.run_batch(x)
+    path = tmp_path / "real.trace.json"
+    p.export_chrome_trace(str(path))
+    s = rp.summarize(path)
+    assert (s["rounds"], s["rounds_from"], s["other_rounds"], s["with_stack"]) == (3, "run_batch", 0, True)
+    frames = {r["name"]: r for r in s["python_frames"]}
+    assert frames["scheduler.py(4): verify"]["count_per_round"] == 1
+    assert frames["scheduler.py(4): verify"]["total_us_per_round"] <= frames["scheduler.py(8): run_batch"]["total_us_per_round"]
+    assert s["gpu_kernel_us_per_round"] == 0 and s["kernels"] == []
+
+
+class ProfilingServer:
+    """Answers /start_profile as SGLang 0.5.17 does when no start step is given (at once), then writes
+    ``{profile_id}-TP-0.trace.json.gz`` into the asked directory: here the hand-made trace, with Python
+    stacks if asked for them."""
+
+    def __init__(self):
+        self.payloads = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path == "/start_profile":
+                    server.payloads.append(body)
+                    path = Path(body["output_dir"]) / f"{time.time()}-TP-0.trace.json.gz"
+                    path.write_bytes(gzip.compress(json.dumps({"traceEvents": _events(body["with_stack"])}).encode()))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
+    from sglang_eagle_paged.bench import v2_profile
+
+    server = ProfilingServer()
+    calls = []
+    load_may_end = threading.Event()
+
+    def bench(base_url, questions, *, parallel, **kw):  # the load client (ours): the test's clock
+        calls.append((len(questions), parallel, kw["ignore_eos"]))
+        if len(questions) == 5:  # the load: runs until both profiles are taken
+            assert load_may_end.wait(60)
+        return {"summary": {"output_throughput": 123.0}}
+
+    monkeypatch.setattr(v2_profile, "run_benchmark", bench)
+    summarize = v2_profile._summarize
+
+    def summarize_then_end_the_load(trace, out, name, kind, steps):
+        summary = summarize(trace, out, name, kind, steps)
+        if kind == "stack":
+            load_may_end.set()
+        return summary
+
+    monkeypatch.setattr(v2_profile, "_summarize", summarize_then_end_the_load)
+    a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0)
+    record = {}
+    load = [{"question_id": i} for i in range(5)]
+    warmup = [{"question_id": f"w{i}"} for i in range(2)]
+    try:
+        v2_profile.measure(server, "on_p64", record, a, tmp_path, load, warmup)
+    finally:
+        load_may_end.set()
+        server.httpd.shutdown()
+    assert [p["with_stack"] for p in server.payloads] == [False, True]
+    assert all(p["num_steps"] == 2 and p["activities"] == ["CPU", "GPU"] for p in server.payloads)
+    assert calls[:2] == [(4, 4, True), (1, 3, True)] and calls[2] == (5, 4, True)  # warm-up mixes, then the load
+    assert record["summaries"] == {"nostack": "on_p64-nostack.json", "stack": "on_p64-stack.json"}
+    assert record["load_running_after"] == {"nostack": True, "stack": True}
+    assert record["load"] == {"output_throughput": 123.0} and "errors" not in record
+    stack = json.loads((tmp_path / "on_p64-stack.json").read_text())
+    assert stack["rounds_from"] == "run_batch" and stack["gpu_groups_us_per_round"]["ours"] == 10
+    assert json.loads((tmp_path / "on_p64-nostack.json").read_text())["rounds_from"] == "given"
+    text = v2_profile.report(tmp_path, ["on_p1", "on_p64"])  # on_p1 not profiled: left out
+    assert "## nostack" in text and "| us per round (median; groups: mean) | on_p64 |" in text
+    assert "## on_p64, stack" in text and "on_p1" not in text
