@@ -40,7 +40,7 @@
 #               decoding, so a parallelism above that queues]
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
-#   PROFILE_STEPS [24], LOAD_QUESTIONS [256: conversations of the load], PROFILE_EOS [unset: replies run
+#   PROFILE_STEPS [24], LOAD_QUESTIONS [384: conversations of the load], PROFILE_EOS [unset: replies run
 #               MAX_NEW long; 1: they may stop at EOS]   (profile; PARALLEL [64], MAX_NEW [256] as above)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
 # Results: $OUT/<subcommand>.tgz (e2e.json or ab.json, report.md, the probe's counts, server logs)
@@ -136,7 +136,7 @@ case "$SUB" in
          RC=$?; grep "^|" "$R/run.log"; [ "$RC" = 0 ] || tail -8 "$R/run.log"; fi ;;
   profile)
     measure "^\[v2 profile\]|: mode=" profile --only "${V2_ONLY:-on_p1,on_p64}" "${MODEL[@]}" "${GRAPH[@]}" \
-      --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-256}" --parallel "${PARALLEL:-64}" \
+      --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-384}" --parallel "${PARALLEL:-64}" \
       --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}

@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.choices["profile"]
     sp.set_defaults(only="on_p1,on_p64")
     sp.add_argument("--steps", type=int, default=24, help="forward steps each profile records")
-    sp.add_argument("--load-questions", type=int, default=256,
+    sp.add_argument("--load-questions", type=int, default=384,
                     help="conversations of the steady load (long enough to outlast both profiles)")
     sp.add_argument("--settle-s", type=float, default=5.0, help="seconds of load before the first profile")
     sp.add_argument("--capture-timeout", type=float, default=120.0, help="seconds to wait for each trace")
