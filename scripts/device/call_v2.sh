@@ -25,7 +25,8 @@
 #             (PROFILE_STEPS forward steps without Python stacks, then with), each trace reduced on the
 #             machine per verify round (bench.round_profile: GPU time by kernel group, host active vs
 #             blocked, idle GPU gaps and what the scheduler was in); profile.md side by side. Raw traces
-#             come back as $OUT/profile-traces.tar only while under 15 MiB
+#             come back as $OUT/profile-traces.tar only while under 15 MiB. With py-spy's wheel carried
+#             once (.devbundle-v2/extra/py_spy-*.whl) each scheduler is also sampled from outside (PYSPY_S [5])
 #
 # Environment (defaults in brackets):
 #   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420, profile 420]; at most 540
@@ -40,7 +41,7 @@
 #               decoding, so a parallelism above that queues]
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
-#   PROFILE_STEPS [24], LOAD_QUESTIONS [384: conversations of the load], PROFILE_EOS [unset: replies run
+#   PROFILE_STEPS [24], LOAD_QUESTIONS [512: conversations of the load], PROFILE_EOS [unset: replies run
 #               MAX_NEW long; 1: they may stop at EOS]   (profile; PARALLEL [64], MAX_NEW [256] as above)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
 # Results: $OUT/<subcommand>.tgz (e2e.json or ab.json, report.md, the probe's counts, server logs)
@@ -135,9 +136,11 @@ case "$SUB" in
     else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1
          RC=$?; grep "^|" "$R/run.log"; [ "$RC" = 0 ] || tail -8 "$R/run.log"; fi ;;
   profile)
+    # py-spy, where a call carried its wheel (.devbundle-v2/extra/py_spy-*.whl; setup_v2.sh installs it)
+    PYSPY=${PYSPY:-$(ls "${DEVBUNDLE_SITE:-/tmp/site-v2}/bin/py-spy" 2>/dev/null)}
     measure "^\[v2 profile\]|: mode=" profile --only "${V2_ONLY:-on_p1,on_p64}" "${MODEL[@]}" "${GRAPH[@]}" \
-      --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-384}" --parallel "${PARALLEL:-64}" \
-      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ;;
+      --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-512}" --parallel "${PARALLEL:-64}" \
+      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
     measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \

@@ -5,7 +5,8 @@ warms up like the sweep (:func:`.e2e.warmup_mixes`), then serves a steady load (
 conversations at ``--parallel``, replies ``--max-new`` tokens long) while SGLang's own torch profiler
 records ``--steps`` forward steps twice through ``/start_profile`` (:func:`.profile.capture`): first
 without Python stacks (true host and GPU times), then with them (which frames; stack tracing inflates
-host time). Each trace is reduced on the machine by :mod:`.round_profile` to ``DIR/<name>-<kind>.json``
+host time); before them, with ``--py-spy``, py-spy samples the scheduler process from outside
+(:mod:`.pyspy`). Each trace is reduced on the machine by :mod:`.round_profile` to ``DIR/<name>-<kind>.json``
 and ``.md``; ``DIR/profile.md`` puts the configurations side by side and ``DIR/profile.json`` keeps
 each server's record (the load's throughput, whether the load still ran when each trace ended).
 Raw traces stay in ``DIR/traces/``. Configurations with both summaries in ``profile.json`` are not
@@ -19,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import profile, round_profile, v2_sets
+from . import profile, pyspy, round_profile, v2_sets
 from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
 from .mtbench import load_questions, run_benchmark
 
@@ -51,6 +52,9 @@ def measure(server, name: str, record: dict, a, out: Path, load, warmup) -> None
     loader.start()
     time.sleep(a.settle_s)  # every slot filled, the first prefills done
     record["summaries"], record["load_running_after"], record["trace_mb"] = {}, {}, {}
+    if a.py_spy:  # first: it reads the process from outside, before any profiler has run in it
+        record["py_spy"] = sample(server, name, a, out)
+        record["load_running_after"]["py_spy"] = loader.is_alive()
     for kind, stack in KINDS:
         trace = profile.capture(server.base_url, str(out / "traces" / name / kind), num_steps=a.steps,
                                 drive=lambda: None, with_stack=stack, timeout=a.capture_timeout)
@@ -68,6 +72,20 @@ def measure(server, name: str, record: dict, a, out: Path, load, warmup) -> None
         record.setdefault("errors", []).append(f"load: {result['error']}")
 
 
+def sample(server, name: str, a, out: Path, title: str = pyspy.SCHEDULER_TITLE) -> dict:
+    """A py-spy sample of the server's scheduler process, reduced to ``DIR/<name>-pyspy.md``."""
+    pid = pyspy.child_with_title(server.proc.pid, title) if getattr(server, "proc", None) else None
+    if pid is None:
+        return {"error": "no scheduler process found"}
+    raw = out / f"{name}-pyspy.txt"
+    rec = pyspy.record(a.py_spy, pid, raw, a.py_spy_s)
+    if raw.is_file():
+        summary = pyspy.top_frames(raw.read_text())
+        rec["samples"] = summary["samples"]
+        (out / f"{name}-pyspy.md").write_text(pyspy.markdown(summary, f"{name}, py-spy"))
+    return rec
+
+
 def report(out: Path, names: list) -> str:
     """Side by side per kind, then every summary's own tables."""
     parts = ["# Round profiles under load\n"]
@@ -78,8 +96,7 @@ def report(out: Path, names: list) -> str:
             summaries = [json.loads(p.read_text()) for _, p in have]
             parts.append(round_profile.compare_markdown(summaries, [n for n, _ in have]).split("\n\n", 1)[1])
     for n in names:
-        for kind, _ in KINDS:
-            md = out / f"{n}-{kind}.md"
+        for md in [out / f"{n}-{kind}.md" for kind, _ in KINDS] + [out / f"{n}-pyspy.md"]:
             if md.is_file():
                 parts.append("\n" + md.read_text())
     return "".join(parts)
@@ -98,7 +115,8 @@ def run(a, sized_for) -> int:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} "
                   f"graph_bs={c.cuda_graph_max_bs} max_running={c.max_running_requests} ({state})")
         print(f"[v2 profile] load {a.load_questions} conversations at parallel {a.parallel}, max_new {a.max_new}, "
-              f"ignore_eos={a.ignore_eos}; {a.steps} steps per profile: {', '.join(k for k, _ in KINDS)}")
+              f"ignore_eos={a.ignore_eos}; {a.steps} steps per profile: {', '.join(k for k, _ in KINDS)}; "
+              f"py-spy: {f'{a.py_spy_s}s with {a.py_spy}' if a.py_spy else 'no'}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     questions = load_questions(a.question_file, None)

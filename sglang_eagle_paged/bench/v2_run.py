@@ -152,10 +152,12 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.choices["profile"]
     sp.set_defaults(only="on_p1,on_p64")
     sp.add_argument("--steps", type=int, default=24, help="forward steps each profile records")
-    sp.add_argument("--load-questions", type=int, default=384,
+    sp.add_argument("--load-questions", type=int, default=512,
                     help="conversations of the steady load (long enough to outlast both profiles)")
     sp.add_argument("--settle-s", type=float, default=5.0, help="seconds of load before the first profile")
     sp.add_argument("--capture-timeout", type=float, default=120.0, help="seconds to wait for each trace")
+    sp.add_argument("--py-spy", help="py-spy binary: also sample each scheduler process for --py-spy-s seconds")
+    sp.add_argument("--py-spy-s", type=int, default=5)
     sp.add_argument("--eos", dest="ignore_eos", action="store_false", help="let replies stop at EOS")
     return p
 

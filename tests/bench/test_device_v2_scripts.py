@@ -298,7 +298,7 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     rows = [ln for ln in done.stdout.splitlines() if ": mode=" in ln]
     assert [ln.split(":")[0] for ln in rows] == ["on_p64", "on_p1"]
     assert all("graph_bs=64 max_running=128 (to profile)" in ln for ln in rows)
-    assert ("[v2 profile] load 384 conversations at parallel 64, max_new 256, ignore_eos=True; "
+    assert ("[v2 profile] load 512 conversations at parallel 64, max_new 256, ignore_eos=True; "
             "24 steps per profile: nostack, stack") in done.stdout
     # a server with both summaries recorded by an earlier call is not started again
     root = tmp_path / "v2" / "profile"

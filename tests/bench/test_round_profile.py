@@ -210,7 +210,7 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
         return summary
 
     monkeypatch.setattr(v2_profile, "_summarize", summarize_then_end_the_load)
-    a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0)
+    a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0, py_spy=None)
     record = {}
     load = [{"question_id": i} for i in range(5)]
     warmup = [{"question_id": f"w{i}"} for i in range(2)]
