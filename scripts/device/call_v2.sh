@@ -25,7 +25,7 @@
 #             (PROFILE_STEPS forward steps without Python stacks, then with), each trace reduced on the
 #             machine per verify round (bench.round_profile: GPU time by kernel group, host active vs
 #             blocked, idle GPU gaps and what the scheduler was in); profile.md side by side. Raw traces
-#             come back as $OUT/profile-traces.tar only while under 15 MiB. With py-spy's wheel carried
+#             come back as $OUT/profile-traces.tar while under 15 MiB (else those without stacks, else none). With py-spy's wheel carried
 #             once (.devbundle-v2/extra/py_spy-*.whl) each scheduler is also sampled from outside (PYSPY_S [5])
 #
 # Environment (defaults in brackets):
@@ -154,12 +154,14 @@ if [ "$SUB" = correct ] || [ "$SUB" = backends ]; then
 fi
 if [ "$SUB" = profile ]; then
   [ -f "$R/profile.md" ] && sed -n '/^## nostack/,/^## [a-z0-9_]*, /p' "$R/profile.md" | head -60
-  # The traces are gzip already: a plain tar, kept only while small enough to come back.
-  if [ -d "$R/traces" ]; then
-    (cd "$R" && tar cf "$OUT/profile-traces.tar" traces)
-    [ "$(stat -c %s "$OUT/profile-traces.tar")" -le $((15 * 1024 * 1024)) ] \
-      || { echo "raw traces over 15 MiB: left on the machine ($R/traces)"; rm -f "$OUT/profile-traces.tar"; }
-  fi
+  # The traces are gzip already: a plain tar, kept only while small enough to come back (all of them,
+  # else those without stacks, else none).
+  for pick in traces 'traces/*/nostack'; do
+    [ -d "$R/traces" ] || break
+    (cd "$R" && tar cf "$OUT/profile-traces.tar" $pick 2>/dev/null)
+    [ "$(stat -c %s "$OUT/profile-traces.tar" 2>/dev/null || echo 0)" -le $((15 * 1024 * 1024)) ] && break
+    echo "raw traces ($pick) over 15 MiB: left on the machine ($R/traces)"; rm -f "$OUT/profile-traces.tar"
+  done
 fi
 (cd "$V2_ROOT" && tar czf "$OUT/$(basename "$R").tgz" --exclude=triton_cache --exclude=traces "$(basename "$R")")
 if [ -n "${JIT_BACK:-}" ]; then
