@@ -25,7 +25,7 @@ def _x(cat, name, ts, dur, where):
 
 
 def _events(stack: bool) -> list:
-    py = [  # run_batch at 0 and 1000 are whole rounds; the one at 2000 is the stub the profiler's stop leaves
+    py = [  # run_batch at 0 and 1000 are whole rounds; the one at 2500 is the stub the profiler's stop leaves
         _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 0, 800, SCHED),
         _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(10): verify", 100, 400, SCHED),
         _x("python_function", "/x/sglang/srt/managers/scheduler.py(20): process_batch_result", 550, 240, SCHED),
