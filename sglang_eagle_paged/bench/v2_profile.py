@@ -55,21 +55,24 @@ def measure(server, name: str, record: dict, a, out: Path, load, warmup) -> None
     if a.py_spy:  # first: it reads the process from outside, before any profiler has run in it
         record["py_spy"] = sample(server, name, a, out)
         record["load_running_after"]["py_spy"] = loader.is_alive()
+    traces = {}
     for kind, stack in KINDS:
-        trace = profile.capture(server.base_url, str(out / "traces" / name / kind), num_steps=a.steps,
-                                drive=lambda: None, with_stack=stack, timeout=a.capture_timeout)
+        traces[kind] = profile.capture(server.base_url, str(out / "traces" / name / kind), num_steps=a.steps,
+                                       drive=lambda: None, with_stack=stack, timeout=a.capture_timeout)
         # A trace taken after the load drained would measure a smaller batch: say so.
         record["load_running_after"][kind] = loader.is_alive()
+    loader.join()
+    record["load"] = result.get("summary")
+    if result.get("error"):
+        record.setdefault("errors", []).append(f"load: {result['error']}")
+    # Only now: reducing a trace holds the load client's GIL for seconds, which would thin the batch.
+    for kind, trace in traces.items():
         if trace is None:
             record.setdefault("errors", []).append(f"{kind}: no trace")
             continue
         record["trace_mb"][kind] = round(trace.stat().st_size / 2**20, 2)
         _summarize(trace, out, name, kind, a.steps)
         record["summaries"][kind] = f"{name}-{kind}.json"
-    loader.join()
-    record["load"] = result.get("summary")
-    if result.get("error"):
-        record.setdefault("errors", []).append(f"load: {result['error']}")
 
 
 def sample(server, name: str, a, out: Path, title: str = pyspy.SCHEDULER_TITLE) -> dict:

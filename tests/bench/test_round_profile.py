@@ -192,32 +192,23 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
 
     server = ProfilingServer()
     calls = []
-    load_may_end = threading.Event()
+    record = {}
 
     def bench(base_url, questions, *, parallel, **kw):  # the load client (ours): the test's clock
         calls.append((len(questions), parallel, kw["ignore_eos"]))
-        if len(questions) == 5:  # the load: runs until both profiles are taken
-            assert load_may_end.wait(60)
+        deadline = time.time() + 60
+        while len(questions) == 5 and "stack" not in record.get("load_running_after", {}):
+            assert time.time() < deadline  # the load runs until both profiles are taken
+            time.sleep(0.05)
         return {"summary": {"output_throughput": 123.0}}
 
     monkeypatch.setattr(v2_profile, "run_benchmark", bench)
-    summarize = v2_profile._summarize
-
-    def summarize_then_end_the_load(trace, out, name, kind, steps):
-        summary = summarize(trace, out, name, kind, steps)
-        if kind == "stack":
-            load_may_end.set()
-        return summary
-
-    monkeypatch.setattr(v2_profile, "_summarize", summarize_then_end_the_load)
     a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0, py_spy=None)
-    record = {}
     load = [{"question_id": i} for i in range(5)]
     warmup = [{"question_id": f"w{i}"} for i in range(2)]
     try:
         v2_profile.measure(server, "on_p64", record, a, tmp_path, load, warmup)
     finally:
-        load_may_end.set()
         server.httpd.shutdown()
     assert [p["with_stack"] for p in server.payloads] == [False, True]
     assert all(p["num_steps"] == 2 and p["activities"] == ["CPU", "GPU"] for p in server.payloads)
