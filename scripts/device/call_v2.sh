@@ -22,7 +22,8 @@
 #             time per call at batch 1-256, pages 16/64/128, 2 ms of GPU work queued ahead
 #   profile   issue 36: V2_ONLY [on_p1,on_p64; off_p64 too if asked] under a steady load (PARALLEL 64,
 #             MAX_RUNNING 128, GRAPH_BS 64), SGLang's torch profiler through /start_profile twice per server
-#             (PROFILE_STEPS forward steps without Python stacks, then with), each trace reduced on the
+#             (PROFILE_STEPS forward steps without Python stacks, then with; probes/round_marks.py marks
+#             each round and verify, so the trace without stacks splits into rounds), each trace reduced on the
 #             machine per verify round (bench.round_profile: GPU time by kernel group, host active vs
 #             blocked, idle GPU gaps and what the scheduler was in); profile.md side by side. Raw traces
 #             come back as $OUT/profile-traces.tar while under 15 MiB (else those without stacks, else none). With py-spy's wheel carried
@@ -140,7 +141,8 @@ case "$SUB" in
     PYSPY=${PYSPY:-$(ls "${DEVBUNDLE_SITE:-/tmp/site-v2}/bin/py-spy" 2>/dev/null)}
     measure "^\[v2 profile\]|: mode=" profile --only "${V2_ONLY:-on_p1,on_p64}" "${MODEL[@]}" "${GRAPH[@]}" \
       --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-512}" --parallel "${PARALLEL:-64}" \
-      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} ;;
+      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} \
+      --probe-dir "$PWD/scripts/device/probes" ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
     measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \

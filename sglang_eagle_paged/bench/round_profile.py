@@ -1,10 +1,12 @@
 """Where a verify round's time goes: one torch-profiler trace of a loaded server, per round.
 
-A round is one ``Scheduler.run_batch`` of the decode loop (draft, verify, draft-extend): with Python
-stacks in the trace, rounds are the windows between consecutive ``run_batch`` starts on the
-scheduler thread that call a ``verify`` (prefill batches are left out and counted; the last window,
-cut by the profiler's stop, is dropped); without stacks the trace is one window and every per-round
-number is its total divided by ``rounds`` (the profiled step count, prefills included).
+A round is one ``Scheduler.run_batch`` of the decode loop (draft, verify, draft-extend): rounds are
+the windows between consecutive ``run_batch`` starts on the scheduler thread that call a ``verify``
+(prefill batches are left out and counted; the last window, cut by the profiler's stop, is dropped).
+Starts and verifies come from the device probe's profiler ranges (``eagle_paged::run_batch``,
+``eagle_paged::verify``: ``scripts/device/probes/round_marks.py``), else from Python frames (a trace
+with stacks); with neither, the trace is one window and every per-round number is its total divided
+by ``rounds`` (the profiled step count, prefills included).
 
 Per round: wall time; GPU busy (union of kernels, copies and memsets) and idle (wall minus busy, as
 gaps); the scheduler thread's time blocked in host syncs and the rest (active); GPU time by kernel,
@@ -44,6 +46,10 @@ _GEMM = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|splitK|sm90_.*mma|_mma_", re
 # A Triton kernel is named by its Python function alone; CUDA C++ kernels carry a signature.
 _TRITON_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VERIFY_FUNCTION = re.compile(r"\(\d+\): verify$")
+# Profiler ranges the device probe scripts/device/probes/round_marks.py puts around Scheduler.run_batch and
+# EAGLEWorkerV2.verify: rounds in a trace without Python stacks.
+RUN_BATCH_MARK = "eagle_paged::run_batch"
+VERIFY_MARK = "eagle_paged::verify"
 _JIT_DEF = re.compile(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def\s+(\w+)")
 
 
@@ -128,12 +134,20 @@ def _stats(values: list[float]) -> dict:
             "p10": s[int(0.1 * (len(s) - 1))], "p90": s[int(round(0.9 * (len(s) - 1)))]}
 
 
+def _marked(events: list[dict], mark: str, frame: re.Pattern) -> list[float]:
+    """Start times of the ``mark`` ranges, else (no marks: the probe was not armed) of the Python
+    frames ``frame`` matches; never both, which would split every round in two."""
+    marks = [e["ts"] for e in events if e["cat"] == "user_annotation" and e["name"] == mark]
+    return sorted(marks or [e["ts"] for e in events
+                            if e["cat"] == "python_function" and frame.search(short_name(e["name"]))])
+
+
 def _scheduler_thread(host: list[dict]) -> tuple | None:
-    """The thread that runs ``run_batch`` (with stacks), else the one that launches the most kernels."""
+    """The thread that runs ``run_batch`` (marked or framed), else the one that launches the most kernels."""
     runs, launches = defaultdict(int), defaultdict(int)
     for e in host:
         key = (e["pid"], e["tid"])
-        if e["cat"] == "python_function" and STEP_FUNCTION.search(short_name(e["name"])):
+        if e["name"] == RUN_BATCH_MARK or (e["cat"] == "python_function" and STEP_FUNCTION.search(short_name(e["name"]))):
             runs[key] += 1
         elif e["name"] in _LAUNCHES:
             launches[key] += 1
@@ -158,21 +172,20 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
             host.append(e)
     thread = _scheduler_thread(host)
     sched = [e for e in host if (e["pid"], e["tid"]) == thread]
-    starts = sorted(e["ts"] for e in sched
-                    if e["cat"] == "python_function" and STEP_FUNCTION.search(short_name(e["name"])))
+    starts = _marked(sched, RUN_BATCH_MARK, STEP_FUNCTION)
     with_stack = any(e["cat"] == "python_function" for e in sched)
     other_rounds = 0
     if len(starts) >= 2:
         windows, rounds_from = list(zip(starts, starts[1:])), "run_batch"
         # Prefill batches run_batch too: keep the rounds that verify (all, if none is seen to).
-        verifies = sorted(e["ts"] for e in sched if e["cat"] == "python_function" and VERIFY_FUNCTION.search(e["name"]))
+        verifies = _marked(sched, VERIFY_MARK, VERIFY_FUNCTION)
         kept = [w for w in windows if _inside(verifies, *w)]
         if kept:
             windows, other_rounds = kept, len(windows) - len(kept)
     else:
         span = [t for e in host + gpu for t in (e["ts"], e["ts"] + e["dur"])]
         if not span or not rounds:
-            raise SystemExit(f"{path}: no run_batch frames in the trace: give --rounds (the profiled steps)")
+            raise SystemExit(f"{path}: no run_batch marks or frames in the trace: give --rounds (the profiled steps)")
         windows, rounds_from = [(min(span), max(span))], "given"
     n = len(windows) if rounds_from == "run_batch" else rounds
     w_starts = [a for a, _ in windows]

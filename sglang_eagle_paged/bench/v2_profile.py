@@ -4,8 +4,8 @@ Every configuration's server starts with the others (:func:`.e2e.serve_group`, o
 warms up like the sweep (:func:`.e2e.warmup_mixes`), then serves a steady load (``--load-questions``
 conversations at ``--parallel``, replies ``--max-new`` tokens long) while SGLang's own torch profiler
 records ``--steps`` forward steps twice through ``/start_profile`` (:func:`.profile.capture`): first
-without Python stacks (true host and GPU times), then with them (which frames; stack tracing inflates
-host time); before them, with ``--py-spy``, py-spy samples the scheduler process from outside
+without Python stacks (true host and GPU times; with ``--probe-dir`` the round-marks probe shows each
+round in it), then with them (which frames; stack tracing inflates host time); before them, with ``--py-spy``, py-spy samples the scheduler process from outside
 (:mod:`.pyspy`). Each trace is reduced on the machine by :mod:`.round_profile` to ``DIR/<name>-<kind>.json``
 and ``.md``; ``DIR/profile.md`` puts the configurations side by side and ``DIR/profile.json`` keeps
 each server's record (the load's throughput, whether the load still ran when each trace ended).
@@ -24,6 +24,8 @@ from . import profile, pyspy, round_profile, v2_sets
 from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
 from .mtbench import load_questions, run_benchmark
 
+# The round-marks probe's variable (scripts/device/probes/round_marks.py)
+MARKS_ENV = "SGLANG_EAGLE_PAGED_ROUND_MARKS"
 # Without stacks first: the load is at its steadiest then, and that trace's times are the true ones.
 KINDS = (("nostack", False), ("stack", True))
 
@@ -105,9 +107,10 @@ def report(out: Path, names: list) -> str:
     return "".join(parts)
 
 
-def run(a, sized_for) -> int:
-    """``v2_run profile``: ``sized_for`` gives each configuration the command line's graph and running caps."""
-    cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
+def run(a, prepare) -> int:
+    """``v2_run profile``: ``prepare(cfg)`` gives each configuration the command line's graph and running
+    caps, and the round marks' probe when asked."""
+    cfgs = [prepare(c) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     record_path = out / "profile.json"
     records = json.loads(record_path.read_text()) if record_path.exists() else {}
@@ -115,8 +118,9 @@ def run(a, sized_for) -> int:
     if a.dry_run:
         for c in cfgs:
             state = "to profile" if c in todo else "profiled already"
+            marks = "on" if c.env.get(MARKS_ENV) == "1" else "off"
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} "
-                  f"graph_bs={c.cuda_graph_max_bs} max_running={c.max_running_requests} ({state})")
+                  f"graph_bs={c.cuda_graph_max_bs} max_running={c.max_running_requests} marks={marks} ({state})")
         print(f"[v2 profile] load {a.load_questions} conversations at parallel {a.parallel}, max_new {a.max_new}, "
               f"ignore_eos={a.ignore_eos}; {a.steps} steps per profile: {', '.join(k for k, _ in KINDS)}; "
               f"py-spy: {f'{a.py_spy_s}s with {a.py_spy}' if a.py_spy else 'no'}")

@@ -30,14 +30,14 @@ from .e2e import add_workload_args, run_configs
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
 
-def with_probe(cfgs: list, probe_dir: str, sync_root: Path) -> list:
-    """Each configuration with the sync probe armed: ``probe_dir`` first on its PYTHONPATH (its
-    ``sitecustomize`` loads the probe) and a directory of its own for the counts."""
+def with_probe(cfgs: list, probe_dir: str, env_of) -> list:
+    """Each configuration with ``probe_dir`` first on its PYTHONPATH (its ``sitecustomize`` arms the
+    probes whose variables ``env_of(cfg)`` sets) and those variables."""
     probe_dir = str(Path(probe_dir).resolve())
     if not (Path(probe_dir) / "sitecustomize.py").is_file():
         raise SystemExit(f"--probe-dir {probe_dir}: no sitecustomize.py there")
     path = os.pathsep.join(p for p in (probe_dir, os.environ.get("PYTHONPATH", "")) if p)
-    return [replace(c, env={**c.env, "PYTHONPATH": path, SYNC_ENV: str(sync_root / c.name)}) for c in cfgs]
+    return [replace(c, env={**c.env, "PYTHONPATH": path, **env_of(c)}) for c in cfgs]
 
 
 def sized_for(cfg, a):
@@ -64,7 +64,7 @@ def sweep(a) -> int:
     cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     if a.probe_dir:
-        cfgs = with_probe(cfgs, a.probe_dir, out / "sync")
+        cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
     if a.dry_run:
         for c in cfgs:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
@@ -156,6 +156,7 @@ def parser() -> argparse.ArgumentParser:
                     help="conversations of the steady load (long enough to outlast both profiles)")
     sp.add_argument("--settle-s", type=float, default=5.0, help="seconds of load before the first profile")
     sp.add_argument("--capture-timeout", type=float, default=120.0, help="seconds to wait for each trace")
+    sp.add_argument("--probe-dir", help="scripts/device/probes: mark each round for traces without stacks")
     sp.add_argument("--py-spy", help="py-spy binary: also sample each scheduler process for --py-spy-s seconds")
     sp.add_argument("--py-spy-s", type=int, default=5)
     sp.add_argument("--eos", dest="ignore_eos", action="store_false", help="let replies stop at EOS")
@@ -167,7 +168,11 @@ def main(argv=None) -> int:
     if a.cmd == "profile":
         from . import v2_profile
 
-        return v2_profile.run(a, sized_for)
+        def prepare(c):
+            c = sized_for(c, a)
+            return with_probe([c], a.probe_dir, lambda _: {v2_profile.MARKS_ENV: "1"})[0] if a.probe_dir else c
+
+        return v2_profile.run(a, prepare)
     return sweep(a) if a.cmd == "sweep" else ab(a)
 
 

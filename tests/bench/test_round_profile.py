@@ -24,7 +24,14 @@ def _x(cat, name, ts, dur, where):
     return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": where[0], "tid": where[1]}
 
 
-def _events(stack: bool) -> list:
+def _marks() -> list:
+    """The ranges the round-marks probe records around the same run_batch and verify calls."""
+    return [_x("user_annotation", "eagle_paged::run_batch", ts, dur, SCHED)
+            for ts, dur in ((0, 800), (1000, 800), (2000, 300), (2500, 50))] + [
+        _x("user_annotation", "eagle_paged::verify", ts, dur, SCHED) for ts, dur in ((100, 400), (1000, 100))]
+
+
+def _events(stack: bool, marks: bool = False) -> list:
     py = [  # run_batch at 0 and 1000 are whole rounds; the one at 2500 is the stub the profiler's stop leaves
         _x("python_function", "/x/sglang/srt/managers/scheduler.py(3528): run_batch", 0, 800, SCHED),
         _x("python_function", "/x/sglang/srt/speculative/eagle_worker_v2.py(10): verify", 100, 400, SCHED),
@@ -54,7 +61,7 @@ def _events(stack: bool) -> list:
         _x("kernel", "void flash::flash_fwd_kernel<Ktraits, true>(Params)", 2000, 100, GPU),  # the prefill's
         {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}},
     ]
-    return (py if stack else []) + host + gpu
+    return (py if stack else []) + (_marks() if marks else []) + host + gpu
 
 
 @pytest.fixture
@@ -115,6 +122,26 @@ def test_without_stacks_the_trace_is_spread_over_the_given_rounds(trace):
     assert s["per_round"]["wall_us"]["mean"] == (2100 - 150) / 2  # first host event to last kernel's end
     assert s["per_round"]["host_blocked_us"]["mean"] == 40
     assert {r["name"] for r in s["idle_gaps_by_host_event"]} <= {"aten::mm", "cudaStreamSynchronize", "(none)"}
+
+
+@pytest.mark.parametrize("stack", [False, True], ids=["marks", "marks-and-frames"])
+def test_the_probes_marks_give_rounds_without_stacks_and_are_not_counted_twice_with_them(tmp_path, stack):
+    path = tmp_path / "marked.trace.json"
+    path.write_text(json.dumps({"traceEvents": _events(stack, marks=True)}))
+    s = rp.summarize(path)
+    framed = rp.summarize(_write(tmp_path, _events(True)))
+    assert (s["rounds"], s["other_rounds"], s["rounds_from"], s["with_stack"]) == (2, 1, "run_batch", stack)
+    for key in ("wall_us", "gpu_busy_us", "gpu_gap_us", "host_blocked_us"):
+        assert s["per_round"][key] == framed["per_round"][key], key
+    assert s["gpu_groups_us_per_round"] == framed["gpu_groups_us_per_round"]
+    if not stack:  # the innermost host event while the GPU idled: the round's own range
+        assert {r["name"] for r in s["idle_gaps_by_host_event"]} == {"eagle_paged::run_batch"}
+
+
+def _write(tmp_path, events) -> Path:
+    path = tmp_path / "framed.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
 
 
 def test_our_kernels_are_read_from_the_source():
@@ -222,3 +249,46 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
     text = v2_profile.report(tmp_path, ["on_p1", "on_p64"])  # on_p1 not profiled: left out
     assert "## nostack" in text and "| us per round (median; groups: mean) | on_p64 |" in text
     assert "## on_p64, stack" in text and "on_p1" not in text
+
+
+def test_the_round_marks_probe_puts_ranges_a_real_trace_shows(tmp_path, monkeypatch):
+    """scripts/device/probes/round_marks.py on stand-ins of SGLang's scheduler and v2 worker classes, profiled
+    on the CPU without stacks: its ranges are the rounds, and the names match round_profile's."""
+    torch = pytest.importorskip("torch")
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts" / "device" / "probes"))
+    import round_marks
+
+    assert (round_marks.RUN_BATCH_MARK, round_marks.VERIFY_MARK) == (rp.RUN_BATCH_MARK, rp.VERIFY_MARK)
+
+    class Worker:
+        def verify(self, x):
+            return torch.mm(x, x)
+
+    class Scheduler:
+        def run_batch(self, x, verify=True):
+            return Worker().verify(x) if verify else x + 1
+
+    round_marks.mark(Scheduler, "run_batch", round_marks.RUN_BATCH_MARK)
+    round_marks.mark(Worker, "verify", round_marks.VERIFY_MARK)
+    assert Scheduler.run_batch.__name__ == "run_batch"
+    x = torch.randn(8, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        for verify in (True, True, False, True, True):
+            Scheduler().run_batch(x, verify=verify)
+    path = tmp_path / "marked.trace.json"
+    p.export_chrome_trace(str(path))
+    s = rp.summarize(path)
+    assert (s["rounds"], s["other_rounds"], s["with_stack"]) == (3, 1, False)  # 4 windows, one without verify
+    # armed only by its variable
+    monkeypatch.delenv(round_marks.ENV_VAR, raising=False)
+    before = list(sys.meta_path)
+    assert round_marks.install() is False and sys.meta_path == before
+    monkeypatch.setenv(round_marks.ENV_VAR, "1")
+    try:
+        assert round_marks.install() is True
+        added = [f for f in sys.meta_path if f not in before]
+        assert sorted(f.name for f in added) == ["sglang.srt.managers.scheduler", "sglang.srt.speculative.eagle_worker_v2"]
+    finally:
+        sys.meta_path[:] = before
