@@ -20,9 +20,17 @@
 #             (flashinfer compiles its kernels with nvcc on first use: minutes on a fresh machine)
 #   prepare   the duplication alone (bench.prepare_v2): SGLang's function against ours, GPU and host
 #             time per call at batch 1-256, pages 16/64/128, 2 ms of GPU work queued ahead
+#   profile   issue 36: V2_ONLY [on_p1,on_p64; off_p64 too if asked] under a steady load (PARALLEL 64,
+#             MAX_RUNNING 128, GRAPH_BS 64), SGLang's torch profiler through /start_profile twice per server
+#             (PROFILE_STEPS forward steps without Python stacks, then with; probes/round_marks.py marks
+#             each round and verify, so the trace without stacks splits into rounds), each trace reduced on the
+#             machine per verify round (bench.round_profile: GPU time by kernel group, host active vs
+#             blocked, idle GPU gaps and what the scheduler was in); profile.md side by side. Raw traces
+#             come back as $OUT/profile-traces.tar while under 15 MiB (else those without stacks, else none). With py-spy's wheel carried
+#             once (.devbundle-v2/extra/py_spy-*.whl) each scheduler is also sampled from outside (PYSPY_S [5])
 #
 # Environment (defaults in brackets):
-#   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420]; at most 540
+#   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420, profile 420]; at most 540
 #   V2_ONLY     configurations of the set (comma-separated) [all of correct / backends]
 #   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP   sweep workload [16, 160, 4]
 #   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
@@ -34,17 +42,19 @@
 #               decoding, so a parallelism above that queues]
 #   FI_JOBS     nvcc jobs for flashinfer's JIT [12]
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
+#   PROFILE_STEPS [24], LOAD_QUESTIONS [512: conversations of the load], PROFILE_EOS [unset: replies run
+#               MAX_NEW long; 1: they may stop at EOS]   (profile; PARALLEL [64], MAX_NEW [256] as above)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
 # Results: $OUT/<subcommand>.tgz (e2e.json or ab.json, report.md, the probe's counts, server logs)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 SUB=${1:-}
 case "$SUB" in
-  setup|correct|ab|backends|prepare) ;;
-  *) echo "usage: call_v2.sh setup|correct|ab|backends|prepare   (see the header)" >&2; exit 2 ;;
+  setup|correct|ab|backends|prepare|profile) ;;
+  *) echo "usage: call_v2.sh setup|correct|ab|backends|prepare|profile   (see the header)" >&2; exit 2 ;;
 esac
 OUT=${OUT:?OUT is unset: run this through the device tool, or set OUT for a dry run}
-case "$SUB" in correct|backends) DEF_S=420 ;; ab) DEF_S=480 ;; prepare) DEF_S=240 ;; *) DEF_S=0 ;; esac
+case "$SUB" in correct|backends|profile) DEF_S=420 ;; ab) DEF_S=480 ;; prepare) DEF_S=240 ;; *) DEF_S=0 ;; esac
 V2_S=${V2_S:-$DEF_S}
 # The call's own limit is 600 s: leave a minute for setup, teardown and packing, or nothing comes back.
 [[ "$V2_S" =~ ^[0-9]+$ ]] && [ "$V2_S" -le 540 ] || { echo "V2_S=$V2_S: want whole seconds, at most 540" >&2; exit 2; }
@@ -70,7 +80,7 @@ if [ -z "$DRY" ]; then
   if [ "$SUB" != setup ] && [ "$SUB" != prepare ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
-  if { [ "$SUB" = correct ] || [ "$SUB" = ab ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
+  if { [ "$SUB" = correct ] || [ "$SUB" = ab ] || [ "$SUB" = profile ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
     echo "FA3 is not installed on this machine yet: carry the rest of .devbundle-v2/fa3.part* first"; exit 1
   fi
 fi
@@ -81,6 +91,7 @@ case "${MODEL:-testbed}" in
   *) echo "MODEL=$MODEL: want testbed or large" >&2; exit 2 ;;
 esac
 GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}" ${MAX_RUNNING:+--max-running-requests "$MAX_RUNNING"})
+[ "$SUB" = profile ] && GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-64}" --max-running-requests "${MAX_RUNNING:-128}")
 RC=0
 # measure FILTER ARGS...: the Python step under the time limit, its log kept, the lines that matter shown
 measure() {
@@ -125,6 +136,13 @@ case "$SUB" in
     if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
     else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1
          RC=$?; grep "^|" "$R/run.log"; [ "$RC" = 0 ] || tail -8 "$R/run.log"; fi ;;
+  profile)
+    # py-spy, where a call carried its wheel (.devbundle-v2/extra/py_spy-*.whl; setup_v2.sh installs it)
+    PYSPY=${PYSPY:-$(ls "${DEVBUNDLE_SITE:-/tmp/site-v2}/bin/py-spy" 2>/dev/null)}
+    measure "^\[v2 profile\]|: mode=" profile --only "${V2_ONLY:-on_p1,on_p64}" "${MODEL[@]}" "${GRAPH[@]}" \
+      --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-512}" --parallel "${PARALLEL:-64}" \
+      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} \
+      --probe-dir "$PWD/scripts/device/probes" ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}
     measure "^\[e2e\]|: mode=" sweep --set backends ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
@@ -136,7 +154,18 @@ pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 if [ "$SUB" = correct ] || [ "$SUB" = backends ]; then
   "$PY" -m sglang_eagle_paged.bench.v2_report "$R" > /dev/null 2> "$R/report.err" && sed -n '/## Greedy/,$p' "$R/report.md" | head -60
 fi
-(cd "$V2_ROOT" && tar czf "$OUT/$(basename "$R").tgz" --exclude=triton_cache "$(basename "$R")")
+if [ "$SUB" = profile ]; then
+  [ -f "$R/profile.md" ] && sed -n '/^## nostack/,/^## [a-z0-9_]*, /p' "$R/profile.md" | head -60
+  # The traces are gzip already: a plain tar, kept only while small enough to come back (all of them,
+  # else those without stacks, else none).
+  for pick in traces 'traces/*/nostack'; do
+    [ -d "$R/traces" ] || break
+    (cd "$R" && tar cf "$OUT/profile-traces.tar" $pick 2>/dev/null)
+    [ "$(stat -c %s "$OUT/profile-traces.tar" 2>/dev/null || echo 0)" -le $((15 * 1024 * 1024)) ] && break
+    echo "raw traces ($pick) over 15 MiB: left on the machine ($R/traces)"; rm -f "$OUT/profile-traces.tar"
+  done
+fi
+(cd "$V2_ROOT" && tar czf "$OUT/$(basename "$R").tgz" --exclude=triton_cache --exclude=traces "$(basename "$R")")
 if [ -n "${JIT_BACK:-}" ]; then
   (cd ~/.cache && tar cf - $(ls -d tvm-ffi flashinfer sglang 2>/dev/null) | xz -T0 -6 > "$OUT/jit-cache.tar.xz")
 fi

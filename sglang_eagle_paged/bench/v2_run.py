@@ -11,6 +11,10 @@ with ``--probe-dir`` every server also counts its host syncs (``probes/sync_prob
 
 ``ab`` runs every pair with :func:`.ab.run_pairs` in a folder of its own, ``DIR/<A>__<B>/``, so that
 a pair measured to the end by an earlier call is skipped and a cut-short one runs again.
+
+``profile`` (:mod:`.v2_profile`) profiles each configuration under a steady load through SGLang's
+``/start_profile`` and reduces every trace per verify round on the machine (:mod:`.round_profile`):
+  python -m sglang_eagle_paged.bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
 """
 
 import argparse
@@ -26,14 +30,14 @@ from .e2e import add_workload_args, run_configs
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
 
-def with_probe(cfgs: list, probe_dir: str, sync_root: Path) -> list:
-    """Each configuration with the sync probe armed: ``probe_dir`` first on its PYTHONPATH (its
-    ``sitecustomize`` loads the probe) and a directory of its own for the counts."""
+def with_probe(cfgs: list, probe_dir: str, env_of) -> list:
+    """Each configuration with ``probe_dir`` first on its PYTHONPATH (its ``sitecustomize`` arms the
+    probes whose variables ``env_of(cfg)`` sets) and those variables."""
     probe_dir = str(Path(probe_dir).resolve())
     if not (Path(probe_dir) / "sitecustomize.py").is_file():
         raise SystemExit(f"--probe-dir {probe_dir}: no sitecustomize.py there")
     path = os.pathsep.join(p for p in (probe_dir, os.environ.get("PYTHONPATH", "")) if p)
-    return [replace(c, env={**c.env, "PYTHONPATH": path, SYNC_ENV: str(sync_root / c.name)}) for c in cfgs]
+    return [replace(c, env={**c.env, "PYTHONPATH": path, **env_of(c)}) for c in cfgs]
 
 
 def sized_for(cfg, a):
@@ -60,7 +64,7 @@ def sweep(a) -> int:
     cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     if a.probe_dir:
-        cfgs = with_probe(cfgs, a.probe_dir, out / "sync")
+        cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
     if a.dry_run:
         for c in cfgs:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
@@ -115,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="The v2-worker GPU run of issue 30 (bench/v2_sets.py).")
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, defaults in (("sweep", dict(questions=16, max_new=160, warmup=4, mem_fraction=0.5)),
-                           ("ab", dict(questions=32, max_new=256, warmup=8, mem_fraction=0.4))):
+                           ("ab", dict(questions=32, max_new=256, warmup=8, mem_fraction=0.4)),
+                           ("profile", dict(parallel=64, max_new=256, warmup=8, mem_fraction=0.4, ignore_eos=True,
+                                            cuda_graph_max_bs=64, max_running_requests=128))):
         s = sub.add_parser(name)
         s.add_argument("--target", required=True)
         s.add_argument("--draft", required=True)
@@ -130,9 +136,10 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--dry-run", action="store_true", help="print what would run, start nothing")
         add_workload_args(s, "also measure parallel 1 on this many")
         s.set_defaults(**defaults)
+    for which in ("sweep", "profile"):
+        sub.choices[which].add_argument("--set", default="correct", help=f"one of {', '.join(v2_sets.SETS)}")
+        sub.choices[which].add_argument("--only", help="comma-separated configuration names of the set")
     sw = sub.choices["sweep"]
-    sw.add_argument("--set", default="correct", help=f"one of {', '.join(v2_sets.SETS)}")
-    sw.add_argument("--only", help="comma-separated configuration names of the set")
     sw.add_argument("--concurrency", type=int, default=0, help="servers started together (0: all)")
     sw.add_argument("--gpus", type=int, default=1)
     sw.add_argument("--probe-dir", help="scripts/device/probes: count host syncs per draft step")
@@ -142,11 +149,30 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--also-parallel", help="more parallelisms each round measures, comma-separated (e.g. 128)")
     sa.add_argument("--settle-passes", type=int, default=1)
     sa.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    sp = sub.choices["profile"]
+    sp.set_defaults(only="on_p1,on_p64")
+    sp.add_argument("--steps", type=int, default=24, help="forward steps each profile records")
+    sp.add_argument("--load-questions", type=int, default=512,
+                    help="conversations of the steady load (long enough to outlast both profiles)")
+    sp.add_argument("--settle-s", type=float, default=5.0, help="seconds of load before the first profile")
+    sp.add_argument("--capture-timeout", type=float, default=120.0, help="seconds to wait for each trace")
+    sp.add_argument("--probe-dir", help="scripts/device/probes: mark each round for traces without stacks")
+    sp.add_argument("--py-spy", help="py-spy binary: also sample each scheduler process for --py-spy-s seconds")
+    sp.add_argument("--py-spy-s", type=int, default=5)
+    sp.add_argument("--eos", dest="ignore_eos", action="store_false", help="let replies stop at EOS")
     return p
 
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    if a.cmd == "profile":
+        from . import v2_profile
+
+        def prepare(c):
+            c = sized_for(c, a)
+            return with_probe([c], a.probe_dir, lambda _: {v2_profile.MARKS_ENV: "1"})[0] if a.probe_dir else c
+
+        return v2_profile.run(a, prepare)
     return sweep(a) if a.cmd == "sweep" else ab(a)
 
 

@@ -291,6 +291,34 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
     assert bad.returncode == 2 and "MODEL=huge: want testbed or large" in bad.stderr
 
 
+@needs_tools
+def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_profiled(tmp_path, capsys):
+    done = _call(tmp_path, "profile")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [ln for ln in done.stdout.splitlines() if ": mode=" in ln]
+    assert [ln.split(":")[0] for ln in rows] == ["on_p64", "on_p1"]
+    assert all("graph_bs=64 max_running=128 marks=on (to profile)" in ln for ln in rows)
+    assert ("[v2 profile] load 512 conversations at parallel 64, max_new 256, ignore_eos=True; "
+            "24 steps per profile: nostack, stack") in done.stdout
+    # a server with both summaries recorded by an earlier call is not started again
+    root = tmp_path / "v2" / "profile"
+    (root / "profile.json").write_text(json.dumps({"on_p64": {"summaries": {"nostack": "a", "stack": "b"}},
+                                                   "on_p1": {"summaries": {"nostack": "a"}}}))
+    more = _call(tmp_path, "profile", V2_ONLY="on_p1,on_p64,off_p64", PROFILE_EOS="1", PROFILE_STEPS="12",
+                 GRAPH_BS="128", PARALLEL="32")
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert "on_p64: mode=on page=64 backend=fa3 graph_bs=128 max_running=128 marks=on (profiled already)" in more.stdout
+    assert "on_p1: mode=on page=1 backend=fa3 graph_bs=128 max_running=128 marks=on (to profile)" in more.stdout
+    assert "off_p64: mode=off" in more.stdout
+    assert "at parallel 32, max_new 256, ignore_eos=False; 12 steps per profile" in more.stdout
+    from sglang_eagle_paged.bench import v2_run
+
+    assert v2_run.main(["profile", "--target", "T", "--draft", "D", "--out", str(tmp_path / "p"), "--dry-run"]) == 0
+    assert "marks=off" in capsys.readouterr().out  # the probe only where its folder is given
+    bad = _call(tmp_path, "profile", V2_ONLY="on_p1,on_p1024")
+    assert bad.returncode != 0 and "not in set 'correct': ['on_p1024']" in bad.stdout
+
+
 def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():
     from sglang_eagle_paged.bench import e2e, v2_run
 

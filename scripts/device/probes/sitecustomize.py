@@ -2,18 +2,21 @@
 first on a measured server's PYTHONPATH). Without them this file does nothing.
 
 SGLANG_EAGLE_PAGED_SYNC_PROBE=<dir>: host syncs per draft step (sync_probe.py).
+SGLANG_EAGLE_PAGED_ROUND_MARKS=1: profiler ranges around each round and its verify (round_marks.py).
 Another sitecustomize later on the path (the machine's) still runs, after this one.
 """
 import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-if os.environ.get("SGLANG_EAGLE_PAGED_SYNC_PROBE"):
+if os.environ.get("SGLANG_EAGLE_PAGED_SYNC_PROBE") or os.environ.get("SGLANG_EAGLE_PAGED_ROUND_MARKS"):
     sys.path.insert(0, _here)
     try:
+        import round_marks
         import sync_probe
 
         sync_probe.install()
+        round_marks.install()
     finally:
         sys.path.remove(_here)
 
