@@ -24,16 +24,11 @@ the row write goes to a scratch row. An optimisation only: a failure is logged i
 the kernels compile on first use, as without the plugin.
 """
 
-import logging
-import time
-
 import torch
 
 from ...hooks import resolve, resolve_first
 from ..common.batch_classes import buckets, int_class_sizes
-from .warm_up_scope import paged_tree_pools
-
-logger = logging.getLogger("sglang_eagle_paged")
+from .warm_up_scope import warm_up_once
 
 PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
 # mem_cache.allocation from 0.5.17, mem_cache.common before
@@ -44,8 +39,6 @@ ASSIGN_ROWS = ("sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func",
 # alloc_for_extend's lengths and last slots, then alloc_for_spec_decode's (its kv lengths are built int32)
 EXTEND_DTYPES = (torch.int64, torch.int32)
 SPEC_DECODE_DTYPE = torch.int32
-
-_WARM_ATTR = "_eagle_paged_v2_alloc_warm"
 
 
 def warm_up_alloc_extend(allocator, max_batch: int) -> int:
@@ -87,28 +80,16 @@ def warm_up_assign_rows(req_to_token: torch.Tensor, max_batch: int) -> int:
     return len(sizes)
 
 
+def _plan(worker, allocator, rows, max_batch):
+    if not isinstance(allocator, resolve(PAGED_ALLOCATOR)):
+        return None  # another allocator (hybrid, SWA): another allocation path
+    key = (max_batch, tuple(rows.req_to_token.shape[1:]))
+    return allocator, key, lambda: (warm_up_alloc_extend(allocator, max_batch)
+                                    + warm_up_last_loc(rows.req_to_token, max_batch)
+                                    + warm_up_assign_rows(rows.req_to_token, max_batch))
+
+
 def warm_up_worker(worker) -> int:
     """Warm up the paged allocation for a v2 draft worker once its pools exist; returns the calls
     made (0 where there is nothing to warm, it was warmed already, or it failed: logged)."""
-    try:
-        found = paged_tree_pools(worker)
-        if found is None:
-            return 0
-        allocator, rows, max_batch = found
-        if not isinstance(allocator, resolve(PAGED_ALLOCATOR)):
-            return 0  # another allocator (hybrid, SWA): another allocation path
-        key = (max_batch, tuple(rows.req_to_token.shape[1:]))
-        done = getattr(allocator, _WARM_ATTR, frozenset())
-        if key in done:
-            return 0
-        start = time.perf_counter()
-        calls = (warm_up_alloc_extend(allocator, max_batch) + warm_up_last_loc(rows.req_to_token, max_batch)
-                 + warm_up_assign_rows(rows.req_to_token, max_batch))
-        setattr(allocator, _WARM_ATTR, done | {key})
-        logger.info("[sglang-eagle-paged] SGLang's paged KV-slot allocation compiled ahead for batches of 1..%d "
-                    "(%.0f ms host time)", max_batch, 1e3 * (time.perf_counter() - start))
-        return calls
-    except Exception as exc:  # noqa: BLE001 -- an optimisation only: never a reason not to start
-        logger.warning("[sglang-eagle-paged] SGLang's paged KV-slot allocation not compiled ahead (%s: %s); "
-                       "it compiles on first use, as without the plugin", type(exc).__name__, str(exc)[:300])
-        return 0
+    return warm_up_once("paged KV-slot allocation", worker, _plan)

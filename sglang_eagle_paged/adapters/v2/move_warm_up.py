@@ -22,19 +22,14 @@ An optimisation only: a failure is logged in one line and the move compiles on f
 as without the plugin.
 """
 
-import logging
-import time
 from types import SimpleNamespace
 
 import torch
 
 from ...hooks import resolve
-from .warm_up_scope import paged_tree_pools
-
-logger = logging.getLogger("sglang_eagle_paged")
+from .warm_up_scope import warm_up_once
 
 MOVE = "sglang.srt.speculative.spec_utils.move_accept_tokens_to_target_kvcache"
-_WARM_ATTR = "_eagle_paged_v2_move_warm"
 
 
 def warm_up_move(allocator, req_to_token: torch.Tensor, depth: int, draft_tokens: int, max_batch: int) -> int:
@@ -55,26 +50,12 @@ def warm_up_move(allocator, req_to_token: torch.Tensor, depth: int, draft_tokens
     return max_batch
 
 
+def _plan(worker, allocator, rows, max_batch):
+    key = (worker.speculative_num_steps + 1, worker.speculative_num_draft_tokens, max_batch)
+    return allocator.get_kvcache(), key, lambda: warm_up_move(allocator, rows.req_to_token, *key)
+
+
 def warm_up_worker(worker) -> int:
     """Warm up the move for a v2 draft worker once its pools exist; returns the calls made (0
     where there is nothing to warm, it was warmed already, or it failed: logged)."""
-    try:
-        found = paged_tree_pools(worker)
-        if found is None:
-            return 0  # a chain (no move), page 1, or 0.5.14+'s __init__ before alloc_memory_pool
-        allocator, rows, max_batch = found
-        pool = allocator.get_kvcache()
-        key = (worker.speculative_num_steps + 1, worker.speculative_num_draft_tokens, max_batch)
-        done = getattr(pool, _WARM_ATTR, frozenset())
-        if key in done:
-            return 0
-        start = time.perf_counter()
-        calls = warm_up_move(allocator, rows.req_to_token, *key)
-        setattr(pool, _WARM_ATTR, done | {key})
-        logger.info("[sglang-eagle-paged] SGLang's post-verify KV move compiled ahead for batches of 1..%d "
-                    "(%.0f ms host time)", max_batch, 1e3 * (time.perf_counter() - start))
-        return calls
-    except Exception as exc:  # noqa: BLE001 -- an optimisation only: never a reason not to start
-        logger.warning("[sglang-eagle-paged] SGLang's post-verify KV move not compiled ahead (%s: %s); "
-                       "it compiles on first use, as without the plugin", type(exc).__name__, str(exc)[:300])
-        return 0
+    return warm_up_once("post-verify KV move", worker, _plan)
