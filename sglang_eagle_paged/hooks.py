@@ -61,6 +61,17 @@ def _raise_import_error_of(target: str) -> None:
         return
 
 
+def resolve_first(targets) -> object:
+    """The first of ``targets`` this release has (a symbol renamed or moved between releases)."""
+    problems = []
+    for target in targets:
+        try:
+            return resolve(target)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{target}: {exc}")
+    raise AttributeError("none of " + "; ".join(problems))
+
+
 def resolvable(target: str) -> str | None:
     """None where ``target`` resolves; else why not, in one line."""
     try:

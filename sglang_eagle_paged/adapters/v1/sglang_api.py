@@ -7,7 +7,7 @@ import functools
 
 import torch
 
-from ...hooks import resolve
+from ...hooks import resolve, resolve_first  # noqa: F401  (resolve_first: the warm-up looks it up here)
 
 # Dotted targets of the hooks, in the form SGLang's HookRegistry takes.
 EAGLE_WORKER = "sglang.srt.speculative.eagle_worker.EAGLEWorker"
@@ -120,14 +120,3 @@ def worker_kv_pools(worker) -> dict:
     """An EAGLEWorker's KV pools by part: the draft model's own, and the target model's."""
     return {"draft": worker.draft_model_runner.token_to_kv_pool,
             "target": worker.target_worker.model_runner.token_to_kv_pool}
-
-
-def resolve_first(targets) -> object:
-    """The first of ``targets`` this release has (a symbol renamed between releases)."""
-    problems = []
-    for target in targets:
-        try:
-            return resolve(target)
-        except (ImportError, AttributeError) as exc:
-            problems.append(f"{target}: {exc}")
-    raise AttributeError("none of " + "; ".join(problems))

@@ -27,19 +27,12 @@ import torch
 import triton
 
 from ...hooks import resolve
+from ..common.batch_classes import MAX_BATCH, buckets, int_class_sizes
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
 
-# Above this many requests per batch the buckets would take start-up time for batch sizes
-# no EAGLE tree deployment runs (SGLang's EAGLE default is 48).
-MAX_BUCKET = 1024
-
-
-def buckets(max_batch: int) -> list:
-    """The ``next_power_of_2(bs)`` values of every batch size from 1 to ``max_batch`` (capped)."""
-    top = triton.next_power_of_2(max(1, min(max_batch, MAX_BUCKET)))
-    return [1 << i for i in range(top.bit_length())]
+MAX_BUCKET = MAX_BATCH  # the largest bucket warmed (common.batch_classes)
 
 
 def warm_up_allocator(device, page_size: int, max_batch: int | None) -> int:
@@ -111,16 +104,12 @@ def _warm_filter(device) -> int:
     return calls
 
 
-# One batch size per class Triton specialises an int argument on: 1, a multiple of 16, neither.
-LAST_LOC_BATCH_SIZES = (1, 2, 16)
-
-
 def _warm_last_loc(req_to_token: torch.Tensor, max_batch: int) -> int:
     """SGLang's own dispatcher, so that whichever implementation it picks here is the one warmed; on
     the pool's real ``req_to_token`` (its row stride is specialised on too), which it only reads."""
     get_last_loc = resolve(api.GET_LAST_LOC)
     i64 = dict(dtype=torch.int64, device=req_to_token.device)
-    sizes = [bs for bs in LAST_LOC_BATCH_SIZES if bs <= max_batch]
+    sizes = int_class_sizes(max_batch)  # its batch size is an int argument
     for bs in sizes:
         # empty prefixes: every lookup is masked, nothing of the pool is read
         get_last_loc(req_to_token, torch.zeros(bs, **i64), torch.zeros(bs, **i64))

@@ -22,37 +22,14 @@ An optimisation only: a failure is logged in one line and the move compiles on f
 as without the plugin.
 """
 
-import logging
-import time
 from types import SimpleNamespace
 
 import torch
 
 from ...hooks import resolve
-
-logger = logging.getLogger("sglang_eagle_paged")
+from .warm_up_scope import warm_up_once
 
 MOVE = "sglang.srt.speculative.spec_utils.move_accept_tokens_to_target_kvcache"
-# Above this many requests per batch the start-up would compile for batch sizes no EAGLE tree
-# deployment runs (SGLang's EAGLE default is 48).
-MAX_BATCH = 1024
-
-_WARM_ATTR = "_eagle_paged_v2_move_warm"
-
-
-def max_batch_size(worker) -> int | None:
-    """The most requests a verify batch holds: --max-running-requests, else the request pool's
-    size (its rows bound the running requests); None where neither is known."""
-    limit = getattr(getattr(worker, "server_args", None), "max_running_requests", None)
-    if not limit:
-        limit = getattr(_shared(worker, "req_to_token_pool"), "size", None)
-    return min(int(limit), MAX_BATCH) if limit else None
-
-
-def _shared(worker, name: str):
-    # set on the draft worker by alloc_memory_pool (0.5.14+); its model runner has it in every release
-    found = getattr(worker, name, None)
-    return found if found is not None else getattr(getattr(worker, "draft_runner", None), name, None)
 
 
 def warm_up_move(allocator, req_to_token: torch.Tensor, depth: int, draft_tokens: int, max_batch: int) -> int:
@@ -73,31 +50,12 @@ def warm_up_move(allocator, req_to_token: torch.Tensor, depth: int, draft_tokens
     return max_batch
 
 
+def _plan(worker, allocator, rows, max_batch):
+    key = (worker.speculative_num_steps + 1, worker.speculative_num_draft_tokens, max_batch)
+    return allocator.get_kvcache(), key, lambda: warm_up_move(allocator, rows.req_to_token, *key)
+
+
 def warm_up_worker(worker) -> int:
     """Warm up the move for a v2 draft worker once its pools exist; returns the calls made (0
     where there is nothing to warm, it was warmed already, or it failed: logged)."""
-    try:
-        topk, steps = getattr(worker, "topk", None), getattr(worker, "speculative_num_steps", None)
-        if not isinstance(topk, int) or topk <= 1:
-            return 0  # a chain: no move
-        allocator, rows = _shared(worker, "token_to_kv_pool_allocator"), _shared(worker, "req_to_token_pool")
-        max_batch = max_batch_size(worker)
-        if allocator is None or rows is None or not max_batch:
-            return 0  # __init__ of 0.5.14+, before alloc_memory_pool: the call after it warms
-        if getattr(allocator, "page_size", 1) <= 1:
-            return 0  # the page-1 path, which the plugin leaves alone
-        pool = allocator.get_kvcache()
-        key = (steps + 1, worker.speculative_num_draft_tokens, max_batch)
-        done = getattr(pool, _WARM_ATTR, frozenset())
-        if key in done:
-            return 0
-        start = time.perf_counter()
-        calls = warm_up_move(allocator, rows.req_to_token, *key)
-        setattr(pool, _WARM_ATTR, done | {key})
-        logger.info("[sglang-eagle-paged] SGLang's post-verify KV move compiled ahead for batches of 1..%d "
-                    "(%.0f ms host time)", max_batch, 1e3 * (time.perf_counter() - start))
-        return calls
-    except Exception as exc:  # noqa: BLE001 -- an optimisation only: never a reason not to start
-        logger.warning("[sglang-eagle-paged] SGLang's post-verify KV move not compiled ahead (%s: %s); "
-                       "it compiles on first use, as without the plugin", type(exc).__name__, str(exc)[:300])
-        return 0
+    return warm_up_once("post-verify KV move", worker, _plan)

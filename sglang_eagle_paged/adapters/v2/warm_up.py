@@ -17,7 +17,7 @@ prefix tail is empty (it copies nothing) therefore compiles everything serving l
 import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
-from . import backends, duplicate, move_warm_up, pools
+from . import alloc_warm_up, backends, duplicate, move_warm_up, pools
 
 _WARM_ATTR = "_eagle_paged_v2_warm"
 
@@ -64,4 +64,5 @@ def after_hook(result, worker, *args, **kwargs):
     except Exception as exc:  # noqa: BLE001 -- our kernel failed before serving: SGLang's own serves instead
         duplicate.switch_off(f"warm-up: {type(exc).__name__}: {exc}")
     move_warm_up.warm_up_worker(worker)  # SGLang's post-verify KV move; an optimisation that logs its own failure
+    alloc_warm_up.warm_up_worker(worker)  # SGLang's paged KV-slot allocation; the same
     return result

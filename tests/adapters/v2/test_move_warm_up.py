@@ -23,7 +23,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool, m
 from sglang.srt.speculative import eagle_info, eagle_utils, eagle_worker_common, spec_utils  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import move_warm_up, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import move_warm_up, warm_up, warm_up_scope  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -166,9 +166,9 @@ def test_a_failure_is_one_log_line_and_start_up_goes_on(monkeypatch, caplog):
 
 
 def test_the_batch_bound_is_the_running_request_limit_else_the_request_pool():
-    assert move_warm_up.max_batch_size(SimpleNamespace(server_args=SimpleNamespace(max_running_requests=48))) == 48
-    assert move_warm_up.max_batch_size(SimpleNamespace(server_args=SimpleNamespace(max_running_requests=None),
-                                                       req_to_token_pool=SimpleNamespace(size=200))) == 200
-    assert move_warm_up.max_batch_size(SimpleNamespace(req_to_token_pool=SimpleNamespace(size=10 ** 6))) == \
-        move_warm_up.MAX_BATCH
-    assert move_warm_up.max_batch_size(SimpleNamespace()) is None
+    bound = warm_up_scope.max_batch_size
+    assert bound(SimpleNamespace(server_args=SimpleNamespace(max_running_requests=48))) == 48
+    assert bound(SimpleNamespace(server_args=SimpleNamespace(max_running_requests=None),
+                                 req_to_token_pool=SimpleNamespace(size=200))) == 200
+    assert bound(SimpleNamespace(req_to_token_pool=SimpleNamespace(size=10 ** 6))) == warm_up_scope.MAX_BATCH
+    assert bound(SimpleNamespace()) is None
