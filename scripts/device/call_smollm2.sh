@@ -111,19 +111,12 @@ mkdir -p "$SD" "$BENCH"
     --max-total-tokens 65536 --mem-fraction-static 0.8 --no-progress --out "$SD" \
     --log-file $SD/server.log > $SD/stdout.log 2>&1
   echo "serve-default rc=$?" >> $SD/stdout.log ) &
-# bench.e2e with the target's chat template applied client-side (its runner sends the plain
-# "User:/Assistant:" prompt, which a chat model answers worse than it would be used)
-run timeout -s INT "$BENCH_S" python3 - "$WORK/target" "$WORK/head/draft" "$GPUS" "$BENCH_ONLY" "$BENCH" \
-  > "$OUT/bench.log" 2>&1 <<'PY'
-import functools, sys
-from sglang_eagle_paged.bench import e2e, mtbench
-target, draft, gpus, only, out = sys.argv[1:6]
-e2e.run_benchmark = functools.partial(mtbench.run_benchmark, tokenizer=target)
-sys.exit(e2e.main(["--set", "extended", "--only", only, "--target", target, "--draft", draft,
-                   "--out", out, "--questions", "80", "--max-new", "256", "--parallel", "16",
-                   "--parallel1-questions", "16", "--warmup", "16", "--concurrency", "12", "--gpus", gpus,
-                   "--max-total-tokens", "65536", "--mem-fraction", "0.8"]))
-PY
+# bench.e2e with the target's chat template applied client-side (--tokenizer; without it the
+# runner sends the plain "User:/Assistant:" prompt, which a chat model answers worse than it is used)
+run timeout -s INT "$BENCH_S" python3 -m sglang_eagle_paged.bench.e2e --set extended --only "$BENCH_ONLY" \
+  --target "$WORK/target" --draft "$WORK/head/draft" --tokenizer "$WORK/target" --out "$BENCH" \
+  --questions 80 --max-new 256 --parallel 16 --parallel1-questions 16 --warmup 16 --concurrency 12 \
+  --gpus "$GPUS" --max-total-tokens 65536 --mem-fraction 0.8 > "$OUT/bench.log" 2>&1
 say "bench rc=$?"
 if [ "$DRY" = 1 ]; then wait; exit 0; fi
 grep "^\[e2e\]" "$OUT/bench.log" | tail -40

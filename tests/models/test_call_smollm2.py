@@ -84,29 +84,30 @@ def test_part_c_benchmark_and_serve_default(checkout):
     assert "serve-default --model smollm2 --speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
     assert "serve-default rc=0" in sd
     bench = (checkout / "out" / "bench.log").read_text()
-    assert "timeout -s INT 480 python3 - " + str(checkout / "work/target") in bench
+    assert "timeout -s INT 480 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
 
 
-def test_bench_snippet_configurations_exist_and_parse(monkeypatch):
-    """The heredoc's bench.e2e call: every default configuration name is in the extended set
-    (e2e's --only drops unknown names silently), and the chat template is applied."""
-    from sglang_eagle_paged.bench import e2e, mtbench
+def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
+    """The bench.e2e command PART=C runs: every default configuration name is in the extended
+    set (e2e's --only drops unknown names silently), and the chat template is asked for through
+    e2e's own --tokenizer, the target's."""
+    import shlex
+
+    from sglang_eagle_paged.bench import e2e
 
     text = CALL.read_text()
     only = re.search(r'BENCH_ONLY=\$\{BENCH_ONLY:-([^}]*)\}', text).group(1).split(",")
     names = {c.name for c in e2e.testbed_sets("fa3")["extended"]}
     assert set(only) <= names, set(only) - names
     assert {"nospec_p1", "on_p1", "on_p16", "on_p64", "on_p128", "fake_p64", "off_p64"} <= set(only)
-    snippet = re.search(r"<<'PY'\n(.*?)\nPY\n", text, re.S).group(1)
+    rc, _ = _call(checkout, "C")
+    assert rc == 0
+    line = next(ln for ln in (checkout / "out" / "bench.log").read_text().splitlines() if "bench.e2e" in ln)
+    argv = shlex.split(line.split("python3 -m sglang_eagle_paged.bench.e2e", 1)[1])
     seen = {}
     monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
-    monkeypatch.setattr(sys, "argv", ["-", "/m/target", "/m/draft", "2", ",".join(only), "/m/bench"])
-    monkeypatch.setattr(sys, "exit", lambda rc=0: seen.setdefault("rc", rc))
-    try:
-        exec(compile(snippet, "call_smollm2.sh:PY", "exec"), {})
-        assert sorted(c.name for c in seen["configs"]) == sorted(only)
-        assert seen["target"] == "/m/target" and seen["gpus"] == 2 and seen["num_questions"] == 80
-        assert seen["out_json"] == "/m/bench/e2e.json"
-        assert e2e.run_benchmark.keywords["tokenizer"] == "/m/target"
-    finally:
-        e2e.run_benchmark = mtbench.run_benchmark
+    assert e2e.main(argv) == 0
+    assert sorted(c.name for c in seen["configs"]) == sorted(only)
+    target = str(checkout / "work" / "target")
+    assert seen["target"] == target and seen["tokenizer"] == target and seen["num_questions"] == 80
+    assert seen["out_json"] == str(checkout / "bench" / "e2e.json")
