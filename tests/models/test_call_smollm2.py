@@ -54,7 +54,9 @@ def test_refuses_bad_arguments(checkout):
     rc, out = _call(checkout, "B", HEAD_MIN="three")
     assert rc == 2 and "HEAD_MIN must be a number" in out
     rc, out = _call(checkout, "C", BENCH_S="5m")
-    assert rc == 2 and "BENCH_S must be whole seconds" in out
+    assert rc == 2 and "BENCH_S must be a whole number" in out
+    rc, out = _call(checkout, "C", BENCH_S="420", SD_S="150")
+    assert rc == 2 and "at most 540 s" in out            # the call's limit is 600 s
 
 
 def test_part_a_then_b_rebuilds_and_runs_the_steps(checkout):
@@ -77,14 +79,28 @@ def test_altered_part_is_refused(checkout):
     assert rc == 1 and "checksum mismatch" in out
 
 
-def test_part_c_benchmark_and_serve_default(checkout):
+def test_part_c_benchmark_then_serve_default_alone(checkout):
     rc, out = _call(checkout, "C")
     assert rc == 0, out
-    sd = (checkout / "sd" / "stdout.log").read_text()
-    assert "serve-default --model smollm2 --speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
-    assert "serve-default rc=0" in sd
     bench = (checkout / "out" / "bench.log").read_text()
-    assert "timeout -s INT 480 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
+    assert "timeout -s INT 330 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
+    assert "--concurrency 8 " in bench                   # every configuration started together
+    sd = (checkout / "sd" / "stdout.log").read_text()
+    assert "timeout 210 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 " \
+           "--speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
+    assert "serve-default rc=0" in sd
+    assert out.index("bench rc=") < out.index("serve-default rc=0")   # after the benchmark, not beside it
+    rc, out = _call(checkout, "C")                       # the same call again: serve-default is done
+    assert rc == 0 and "serve-default finished in an earlier call: skipped" in out
+
+
+def test_calls_run_on_the_v2_bundle():
+    """Issue 37 serves SGLang 0.5.17's v2 worker: the calls install and enter the v2 bundle
+    (setup_v2.sh, /tmp/site-v2), not the 0.5.12.post1 one (setup.sh, /tmp/site)."""
+    text = CALL.read_text()
+    assert "source scripts/device/prelude_v2.sh" in text and "prelude.sh" not in text.replace("prelude_v2.sh", "")
+    prelude = (ROOT / "scripts" / "device" / "prelude_v2.sh").read_text()
+    assert "scripts/device/setup_v2.sh" in prelude and "/tmp/site-v2}/.devbundle/env.sh" in prelude
 
 
 def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
@@ -99,7 +115,8 @@ def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
     only = re.search(r'BENCH_ONLY=\$\{BENCH_ONLY:-([^}]*)\}', text).group(1).split(",")
     names = {c.name for c in e2e.testbed_sets("fa3")["extended"]}
     assert set(only) <= names, set(only) - names
-    assert {"nospec_p1", "on_p1", "on_p16", "on_p64", "on_p128", "fake_p64", "off_p64"} <= set(only)
+    # issue 37: pages 1, 64 and 128; on, fake and SGLang's own (off); and no speculation
+    assert {"nospec_p1", "on_p1", "on_p64", "on_p128", "fake_p64", "fake_p128", "off_p64", "off_p128"} <= set(only)
     rc, _ = _call(checkout, "C")
     assert rc == 0
     line = next(ln for ln in (checkout / "out" / "bench.log").read_text().splitlines() if "bench.e2e" in ln)
