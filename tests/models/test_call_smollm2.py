@@ -53,6 +53,8 @@ def test_refuses_bad_arguments(checkout):
     assert rc == 2 and "PART must be A, B or C" in out
     rc, out = _call(checkout, "B", HEAD_MIN="three")
     assert rc == 2 and "HEAD_MIN must be a number" in out
+    rc, out = _call(checkout, "B", HEAD_MIN="4", GEN_MIN="1.5")
+    assert rc == 2 and "at most 5 minutes" in out
     rc, out = _call(checkout, "C", BENCH_S="5m")
     assert rc == 2 and "BENCH_S must be a whole number" in out
     rc, out = _call(checkout, "C", BENCH_S="420", SD_S="150")
