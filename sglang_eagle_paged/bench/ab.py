@@ -29,7 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   warmup_mixes)
 from . import cpu_pinning, triton_cache
 from . import gc_stats
-from .mtbench import Client, load_questions, run_benchmark, sized
+from .mtbench import Client, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
@@ -304,7 +304,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
               pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
-              isolate_scheduler: bool = False, gc_freeze: bool = False, gc_record: bool = False) -> dict:
+              isolate_scheduler: bool = False, gc_freeze: bool = False, gc_record: bool = False,
+              tokenizer: str | None = None) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
@@ -314,21 +315,24 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     :func:`freeze_gc` on both servers of a pair after warm-up; ``gc_record`` has every server record
     its garbage collections (:mod:`..gc_stats`) and every counted pass keep its servers' share (``gc``).
     ``settle`` passes of the measured workload per side and parallelism run before round 0 and are
-    not counted. Results go to ``out_dir/ab.json`` after every pass.
+    not counted. Results go to ``out_dir/ab.json`` after every pass. ``tokenizer``: as in
+    :func:`.e2e.run_configs` (the chat template applied client-side).
     """
+    if tokenizer:
+        require_chat_template(tokenizer)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     all_questions = load_questions(question_file, None)
     questions = sized(all_questions, num_questions)
     warmup_questions = _warmup_questions(all_questions, warmup)
-    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
+    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos, tokenizer=tokenizer)
     if (swap_cpus or isolate_scheduler) and not pin_cpus:
         raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
     results = {"rounds": rounds, "parallel": parallel, "more_parallel": list(more_parallel),
                "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
                "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
-               "gc_record": gc_record, "pairs": {}}
+               "gc_record": gc_record, "tokenizer": tokenizer, "pairs": {}}
     lock = threading.Lock()
 
     def save(update=None):
@@ -561,7 +565,7 @@ def main(argv=None) -> int:
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
                             pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
                             isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc,
-                            gc_record=a.gc_record)
+                            gc_record=a.gc_record, tokenizer=a.tokenizer)
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():

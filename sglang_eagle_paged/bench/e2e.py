@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import parity, triton_cache
-from .mtbench import load_questions, run_benchmark
+from .mtbench import load_questions, require_chat_template, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
 
 
@@ -199,8 +199,9 @@ def warmup_mixes(warmup_questions: list[dict], parallel: int) -> list[tuple[list
 
 def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions, warmup_questions,
              parallel: int, max_new_tokens: int, ignore_eos: bool, parallel1_questions: int,
-             profile_dir: str | None, profile_stack: bool = True, margins: bool = True) -> None:
-    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos)
+             profile_dir: str | None, profile_stack: bool = True, margins: bool = True,
+             tokenizer: str | None = None) -> None:
+    bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos, tokenizer=tokenizer)
     for mix, mix_parallel in warmup_mixes(warmup_questions, parallel):
         run_benchmark(server.base_url, mix, parallel=mix_parallel, **bench_kw)
     record["triton_variants_after_warmup"] = triton_cache.variants(cache_dir)
@@ -411,13 +412,17 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                 question_file: str | None = None, warmup: int = 16, concurrency: int = 1,
                 ignore_eos: bool = False, parallel1_questions: int = 0, profile: Sequence[str] = (),
                 profile_dir: str | None = None, profile_stack: bool = True, gpus: int = 1,
-                triton_seeds: Sequence[str] = (), margins: bool = True) -> dict:
+                triton_seeds: Sequence[str] = (), margins: bool = True, tokenizer: str | None = None) -> dict:
     """Measure every configuration, ``concurrency`` servers at a time (:func:`serve_group`).
 
     With ``gpus`` > 1 each server of a group goes to the GPU with the least measuring work so far
     (:func:`measure_cost`; ``--base-gpu-id``), and each GPU measures its own servers, side by
-    side with the others.
+    side with the others. With ``tokenizer`` (a folder, e.g. the target's) every prompt is that
+    tokenizer's chat template applied client-side and sent as token ids; without, plain
+    "User:/Assistant:" text.
     """
+    if tokenizer:
+        require_chat_template(tokenizer)
     all_questions = load_questions(question_file, None)
     questions = all_questions[:num_questions]
     warmup_questions = _warmup_questions(all_questions, warmup)
@@ -456,7 +461,7 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                      warmup_questions=warmup_questions, parallel=parallel, max_new_tokens=max_new_tokens,
                      ignore_eos=ignore_eos, parallel1_questions=parallel1_questions,
                      profile_dir=profile_dir if name in profile else None, profile_stack=profile_stack,
-                     margins=margins)
+                     margins=margins, tokenizer=tokenizer)
 
         def done(name, record):
             results[name] = record
@@ -620,6 +625,8 @@ def add_workload_args(p, parallel1_help: str) -> None:
     p.add_argument("--warmup", type=int, default=16)
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--question-file")
+    p.add_argument("--tokenizer", help="tokenizer folder (e.g. the target's): apply its chat template to every "
+                                       "prompt, client-side; default: plain 'User:/Assistant:' text")
 
 
 def configs_of(args) -> list:
@@ -660,7 +667,8 @@ def main(argv=None) -> int:
                 ignore_eos=a.ignore_eos, parallel1_questions=a.parallel1_questions,
                 profile=[n for n in a.profile.split(",") if n], profile_dir=str(out / "profiles"),
                 profile_stack=not a.profile_no_stack, gpus=a.gpus,
-                triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))], margins=not a.no_margins)
+                triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))], margins=not a.no_margins,
+                tokenizer=a.tokenizer)
     return 0
 
 

@@ -133,6 +133,13 @@ class PromptBuilder:
         return {"text": text + "Assistant:"}
 
 
+def require_chat_template(tokenizer_path: str) -> None:
+    """Refuse, before any server starts, a tokenizer that cannot template the prompts: a sweep
+    told to use a model's chat template must not measure the plain prompt instead."""
+    if PromptBuilder(tokenizer_path).tokenizer is None:
+        raise ValueError(f"{tokenizer_path}: the tokenizer has no chat template")
+
+
 # --------------------------------------------------------------------------- client
 
 class Client:

@@ -74,7 +74,8 @@ def sweep(a) -> int:
                 num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
                 max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, question_file=a.question_file,
                 warmup=a.warmup, concurrency=a.concurrency or len(cfgs), ignore_eos=a.ignore_eos,
-                parallel1_questions=a.parallel1_questions, gpus=a.gpus, load_format=a.load_format)
+                parallel1_questions=a.parallel1_questions, gpus=a.gpus, load_format=a.load_format,
+                tokenizer=a.tokenizer)
     return 0
 
 
@@ -100,7 +101,8 @@ def ab(a) -> int:
                                        parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
                                        max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction,
-                                       question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes)
+                                       question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes,
+                                       tokenizer=a.tokenizer)
         except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
             saved = where / "ab.json"
             if saved.exists():

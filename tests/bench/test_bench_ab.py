@@ -472,3 +472,26 @@ def test_the_running_request_cap_reaches_the_server_only_when_asked():
     assert args[args.index("--max-running-requests") + 1] == "128"
     assert "--max-running-requests" not in e2e.server_args(e2e.RunConfig("on_p64", page_size=64), "T", "D", 30000,
                                                            65536, 0.4)
+
+
+def test_every_pass_of_a_pair_sends_the_chat_template_when_given_a_tokenizer(monkeypatch, tmp_path,
+                                                                              fake_server):  # noqa: F811
+    from test_e2e_runner import TEMPLATED_TOKENIZER
+
+    _serve_fakes(monkeypatch, fake_server)
+    seen = {}
+
+    def capture(pairs, **kw):
+        seen.update(kw)
+        raise SystemExit(0)  # what it reaches the runner with is all this part asks
+
+    with monkeypatch.context() as m, pytest.raises(SystemExit):
+        m.setattr(ab, "run_pairs", capture)
+        ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path / "cli"), "--tokenizer", "TOK"])
+    assert seen["tokenizer"] == "TOK"
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, max_new_tokens=8,
+                       warmup=1, question_file=str(_question_file(tmp_path)), settle=0,
+                       tokenizer=str(TEMPLATED_TOKENIZER))
+    assert res["tokenizer"] == str(TEMPLATED_TOKENIZER)
+    assert FakeSGLang.prompts and all("input_ids" in r and "text" not in r for r in FakeSGLang.prompts)

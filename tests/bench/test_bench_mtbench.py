@@ -66,7 +66,8 @@ class FakeSGLang(BaseHTTPRequestHandler):
         if self.path != "/generate":
             return self._json(404, {})
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        text = req["text"]
+        # a templated prompt comes as token ids (the client applied the chat template)
+        text = req["text"] if "text" in req else " ".join(map(str, req["input_ids"]))
         with self.lock:
             self.prompts.append(req)
         assert req["sampling_params"]["temperature"] == 0.0

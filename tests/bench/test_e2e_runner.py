@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from sglang_eagle_paged.bench import e2e, triton_cache
-from test_bench_mtbench import QUESTIONS, fake_server  # noqa: F401  (fixture)
+from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
+
+# A tokenizer with a chat template (Llama-3's layout) that ships with the package.
+TEMPLATED_TOKENIZER = Path(e2e.__file__).resolve().parents[1] / "testbed" / "target"
 
 
 class FakeServer:
@@ -548,3 +551,57 @@ def test_servers_log_at_warning_unless_the_call_asks_for_more(monkeypatch):
     assert level() == "warning"
     monkeypatch.setenv(e2e.LOG_LEVEL_ENV, "info")
     assert level() == "info"
+
+
+def test_tokenizer_option_applies_the_chat_template_to_every_request(monkeypatch, tmp_path, questions,
+                                                                     fake_servers):
+    """--tokenizer: every /generate request (warm-up, measured, parallel 1) carries the template
+    applied to the conversation so far as token ids, turn 2 built on the model's first answer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TEMPLATED_TOKENIZER)
+    seen = {}
+    with monkeypatch.context() as m:
+        m.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(kw))
+        e2e.main(["--set", "core", "--target", "T", "--draft", "D", "--out", str(tmp_path),
+                  "--tokenizer", str(TEMPLATED_TOKENIZER)])
+    assert seen["tokenizer"] == str(TEMPLATED_TOKENIZER)
+
+    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+                          out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=2,
+                          question_file=str(questions), warmup=1, parallel1_questions=1, max_new_tokens=8,
+                          tokenizer=str(TEMPLATED_TOKENIZER))
+    assert not res["on_p64"].get("error"), res["on_p64"]
+    assert not res["on_p64"]["errors"], res["on_p64"]["errors"]
+    assert res["on_p64"]["metadata"]["tokenizer"] == str(TEMPLATED_TOKENIZER)
+    sent = FakeSGLang.prompts
+    assert sent and all("input_ids" in r and "text" not in r for r in sent)
+
+    def ids(messages):
+        out = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+    q1, q2 = QUESTIONS[0]["turns"]
+    first = [{"role": "user", "content": q1}]
+    answer = res["on_p64"]["outputs"]["1/1"]
+    second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": q2}]
+    sent_ids = [r["input_ids"] for r in sent]
+    assert ids(first) in sent_ids and ids(second) in sent_ids
+    assert tok.decode(ids(first)).count("<|start_header_id|>user") == 1
+
+
+def test_a_tokenizer_without_chat_template_is_refused_before_any_server_starts(tmp_path, questions,
+                                                                               fake_servers):
+    import shutil
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    shutil.copy(TEMPLATED_TOKENIZER / "tokenizer.json", plain)
+    cfg = json.loads((TEMPLATED_TOKENIZER / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template")
+    (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="no chat template"):
+        e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+                        out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
+                        question_file=str(questions), warmup=0, tokenizer=str(plain))
+    assert fake_servers.started == []

