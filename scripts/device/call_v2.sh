@@ -65,10 +65,7 @@ DRY=${DRY_RUN:+--dry-run}
 T0=$(date +%s)
 
 if [ -z "$DRY" ]; then
-  bash scripts/device/setup_v2.sh "$OUT/log.txt" || { tail -30 "$OUT/log.txt"; exit 1; }
-  source "${DEVBUNDLE_SITE:-/tmp/site-v2}/.devbundle/env.sh"
-  pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-  nvidia-smi -L
+  source scripts/device/prelude_v2.sh
   # The testbed weights travel as tracked files only in the calls that carry them; a warm
   # machine keeps the copy an earlier call made.
   [ -f /tmp/testbed/target/model.safetensors ] || [ ! -f sglang_eagle_paged/testbed/target/model.safetensors ] \

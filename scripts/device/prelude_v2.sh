@@ -1,4 +1,4 @@
-# Sourced first by the device calls that run on the v2 bundle (SGLang 0.5.17) other than call_v2.sh:
+# Sourced first by every device call that runs on the v2 bundle (SGLang 0.5.17; call_v2.sh outside a dry run):
 # install whatever this call carried (setup_v2.sh; a no-op once done), enter the bundle's
 # environment, and stop servers an earlier call left running (they start their own session).
 set -uo pipefail
