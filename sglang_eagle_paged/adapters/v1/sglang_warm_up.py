@@ -27,12 +27,10 @@ import torch
 import triton
 
 from ...hooks import resolve
-from ..common.batch_classes import MAX_BATCH, buckets, int_class_sizes
+from ..common.batch_classes import buckets, int_class_sizes
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
-
-MAX_BUCKET = MAX_BATCH  # the largest bucket warmed (common.batch_classes)
 
 
 def warm_up_allocator(device, page_size: int, max_batch: int | None) -> int:

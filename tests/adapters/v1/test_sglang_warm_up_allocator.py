@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
+from sglang_eagle_paged.adapters.common.batch_classes import MAX_BATCH  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import sglang_warm_up as allocator_warm_up  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
@@ -58,7 +59,7 @@ def test_buckets():
     assert allocator_warm_up.buckets(1) == [1]
     assert allocator_warm_up.buckets(48) == [1, 2, 4, 8, 16, 32, 64]
     assert allocator_warm_up.buckets(64) == [1, 2, 4, 8, 16, 32, 64]
-    assert allocator_warm_up.buckets(10 ** 6)[-1] == allocator_warm_up.MAX_BUCKET
+    assert allocator_warm_up.buckets(10 ** 6)[-1] == MAX_BATCH
 
 
 def test_nothing_at_page_1_or_without_a_batch_bound():
