@@ -361,7 +361,8 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
     same = {f"{q}/1": f"answer {q}" for q in range(4)}
     res = {"on_p64": rec("on", 64, same, 4.0, {}),
            "off_p64": rec("off", 64, {**same, "3/1": "answer x"}, 4.0, {"copy_all_layer_kv_cache_tiled": 3}),
-           "on_p1": rec("on", 1, same, 4.0, {})}
+           "on_p1": rec("on", 1, same, 4.0, {}),
+           "nospec_p1": rec("nospec", 1, {**same, "0/1": "answer y", "1/1": "answer z"}, 1.0, {})}
     (tmp_path / "e2e.json").write_text(json.dumps(res))
     probe = sync_probe.Probe(str(tmp_path / "sync" / "off_p64"))
     try:
@@ -375,6 +376,8 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
         warnings.showwarning = probe._orig_showwarning
     text = report(tmp_path)
     assert "| on_p64 | off_p64 | 4 | 3 | 1 | 0 | - |" in text
+    assert "| on_p64 | on_p1 | 4 | 4 | 0 | 0 | - |" in text
+    assert "| on_p64 | nospec_p1 | 4 | 2 | 2 | 0 | - |" in text
     assert "| off_p64 | prepare | 3 | 6 | 2.0 |" in text
     assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) |" in text
 
