@@ -35,7 +35,7 @@
 #   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP   sweep workload [16, 160, 4]
 #   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
 #               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
-#               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large],
+#               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large | smollm2],
 #               MAX_NEW [256], AB_KV [131072: KV slots per server], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
 #   GRAPH_BS    --cuda-graph-max-bs of every server [32]: at least the largest parallelism measured
 #   MAX_RUNNING --max-running-requests of every server [SGLang's: 0.5.17 lowers it to 48 for speculative
@@ -74,6 +74,9 @@ if [ -z "$DRY" ]; then
     "$PY" scripts/device/make_dummy_large.py /tmp/models > "$OUT/dummy_models.log" 2>&1 \
       || { tail -5 "$OUT/dummy_models.log"; exit 1; }
   fi
+  if [ "${MODEL:-testbed}" = smollm2 ] && [ ! -f "${SMOLLM2_WORK:-/tmp/smollm2}/head/draft/model.safetensors" ]; then
+    echo "MODEL=smollm2: no trained head on this machine (call_smollm2.sh PART=A, B first)"; exit 1
+  fi
   if [ "$SUB" != setup ] && [ "$SUB" != prepare ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
@@ -85,7 +88,10 @@ mkdir -p "$R"
 case "${MODEL:-testbed}" in
   testbed) MODEL=(--target /tmp/testbed/target --draft /tmp/testbed/draft --out "$R") ;;
   large)   MODEL=(--target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out "$R") ;;
-  *) echo "MODEL=$MODEL: want testbed or large" >&2; exit 2 ;;
+  # the real pair of issue 37, as call_smollm2.sh PART=B left it on this warm machine; chat template applied
+  smollm2) MODEL=(--target "${SMOLLM2_WORK:-/tmp/smollm2}/target" --draft "${SMOLLM2_WORK:-/tmp/smollm2}/head/draft"
+                  --tokenizer "${SMOLLM2_WORK:-/tmp/smollm2}/target" --out "$R") ;;
+  *) echo "MODEL=$MODEL: want testbed, large or smollm2" >&2; exit 2 ;;
 esac
 GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}" ${MAX_RUNNING:+--max-running-requests "$MAX_RUNNING"})
 [ "$SUB" = profile ] && GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-64}" --max-running-requests "${MAX_RUNNING:-128}")

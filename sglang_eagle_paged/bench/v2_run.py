@@ -92,7 +92,8 @@ def ab(a) -> int:
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
             continue
         if a.dry_run:
-            print(f"[v2 ab] {pa.name}:{pb.name} -> {where}")
+            print(f"[v2 ab] {pa.name}:{pb.name} -> {where} (target {a.target}, draft {a.draft}, "
+                  f"chat template {a.tokenizer or 'none'})")
             continue
         try:
             results = ab_mod.run_pairs([(pa, pb)], target=a.target, draft=a.draft, out_dir=str(where),
