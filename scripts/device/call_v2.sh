@@ -74,8 +74,8 @@ if [ -z "$DRY" ]; then
     "$PY" scripts/device/make_dummy_large.py /tmp/models > "$OUT/dummy_models.log" 2>&1 \
       || { tail -5 "$OUT/dummy_models.log"; exit 1; }
   fi
-  if [ "${MODEL:-testbed}" = smollm2 ] && [ ! -f "${SMOLLM2_WORK:-/tmp/smollm2}/head/draft/model.safetensors" ]; then
-    echo "MODEL=smollm2: no trained head on this machine (call_smollm2.sh PART=A, B first)"; exit 1
+  if [ "${MODEL:-testbed}" = smollm2 ] && [ ! -f "${SMOLLM2_WORK:-/tmp/smollm2}/target/model.safetensors" ]; then
+    echo "MODEL=smollm2: no converted target on this machine (call_smollm2.sh PART=A, then PART=B, TRAIN=0 will do)"; exit 1
   fi
   if [ "$SUB" != setup ] && [ "$SUB" != prepare ] && [ "${MODEL:-testbed}" = testbed ] && [ ! -f /tmp/testbed/target/model.safetensors ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
@@ -88,9 +88,11 @@ mkdir -p "$R"
 case "${MODEL:-testbed}" in
   testbed) MODEL=(--target /tmp/testbed/target --draft /tmp/testbed/draft --out "$R") ;;
   large)   MODEL=(--target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out "$R") ;;
-  # the real pair of issue 37, as call_smollm2.sh PART=B left it on this warm machine; chat template applied
-  smollm2) MODEL=(--target "${SMOLLM2_WORK:-/tmp/smollm2}/target" --draft "${SMOLLM2_WORK:-/tmp/smollm2}/head/draft"
-                  --tokenizer "${SMOLLM2_WORK:-/tmp/smollm2}/target" --out "$R") ;;
+  # the real pair of issue 37: the target call_smollm2.sh PART=B converted on this warm machine, the head
+  # it trained there, else the package's; chat template applied
+  smollm2) W=${SMOLLM2_WORK:-/tmp/smollm2}; HEAD=sglang_eagle_paged/testbed/smollm2-draft
+           [ -f "$W/head/draft/model.safetensors" ] && HEAD=$W/head/draft
+           MODEL=(--target "$W/target" --draft "$HEAD" --tokenizer "$W/target" --out "$R") ;;
   *) echo "MODEL=$MODEL: want testbed, large or smollm2" >&2; exit 2 ;;
 esac
 GRAPH=(--cuda-graph-max-bs "${GRAPH_BS:-32}" ${MAX_RUNNING:+--max-running-requests "$MAX_RUNNING"})

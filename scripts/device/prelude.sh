@@ -3,6 +3,7 @@
 # running (they start their own session, so a call's end does not stop them).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+bash scripts/device/aside.sh restore   # the set-aside files this call carried (.devstage/aside/)
 bash scripts/device/setup.sh $OUT/log.txt || exit 1
 source /tmp/site/.devbundle/env.sh
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null

