@@ -365,6 +365,8 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
            "off_p64": rec("off", 64, {**same, "3/1": "answer x"}, 4.0, {"copy_all_layer_kv_cache_tiled": 3}),
            "on_p1": rec("on", 1, same, 4.0, {}),
            "nospec_p1": rec("nospec", 1, {**same, "0/1": "answer y", "1/1": "answer z"}, 1.0, {})}
+    res["on_p64"].update(retractions=3, retracted_reqs=9)  # its pool could not hold the batch
+    res["on_p1"].update(retractions=0, retracted_reqs=0)
     (tmp_path / "e2e.json").write_text(json.dumps(res))
     probe = sync_probe.Probe(str(tmp_path / "sync" / "off_p64"))
     try:
@@ -381,7 +383,9 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
     assert "| on_p64 | on_p1 | 4 | 4 | 0 | 0 | - |" in text
     assert "| on_p64 | nospec_p1 | 4 | 2 | 2 | 0 | - |" in text
     assert "| off_p64 | prepare | 3 | 6 | 2.0 |" in text
-    assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) |" in text
+    assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) | - |" in text
+    assert "| on_p64 | on | 64 | fa3 | - | 4.0 | 100.0 | 60 | 0 | 3 (9 requests) |" in text
+    assert "| on_p1 | on | 1 | fa3 | - | 4.0 | 100.0 | 60 | 0 | 0 |" in text
 
 
 # ---------------------------------------------------------------- the host-sync probe
