@@ -36,7 +36,11 @@
 #   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
 #               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
 #               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large | smollm2],
-#               MAX_NEW [256], AB_KV [131072: KV slots per server], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
+#               MAX_NEW [256], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
+#   AB_KV       KV slots per server of ab and profile [auto: per pair (profile: per call) the pool the larger
+#               need takes to run PARALLEL (and ALSO_PARALLEL) requests without retraction (bench/kv_sizing.py,
+#               SGLang's own reserve per decode: 2,048 slots per request at page 64, topk 8), printed; a number
+#               sets it, e.g. 131072]. Retractions still counted go to ab.md (KV-bound) and report.md
 #   GRAPH_BS    --cuda-graph-max-bs of every server [32]: at least the largest parallelism measured
 #   MAX_RUNNING --max-running-requests of every server [SGLang's: 0.5.17 lowers it to 48 for speculative
 #               decoding, so a parallelism above that queues]
@@ -135,7 +139,7 @@ case "$SUB" in
     measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" "${GRAPH[@]}" \
       --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \
       --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
-      --max-total-tokens "${AB_KV:-131072}" ${IGNORE_EOS:+--ignore-eos} \
+      --max-total-tokens "${AB_KV:-auto}" ${IGNORE_EOS:+--ignore-eos} \
       --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
   prepare)
     if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
@@ -146,7 +150,8 @@ case "$SUB" in
     PYSPY=${PYSPY:-$(ls "${DEVBUNDLE_SITE:-/tmp/site-v2}/bin/py-spy" 2>/dev/null)}
     measure "^\[v2 profile\]|: mode=" profile --only "${V2_ONLY:-on_p1,on_p64}" "${MODEL[@]}" "${GRAPH[@]}" \
       --steps "${PROFILE_STEPS:-24}" --load-questions "${LOAD_QUESTIONS:-512}" --parallel "${PARALLEL:-64}" \
-      --max-new "${MAX_NEW:-256}" ${PROFILE_EOS:+--eos} ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} \
+      --max-new "${MAX_NEW:-256}" --max-total-tokens "${AB_KV:-auto}" ${PROFILE_EOS:+--eos} \
+      ${PYSPY:+--py-spy "$PYSPY" --py-spy-s "${PYSPY_S:-5}"} \
       --probe-dir "$PWD/scripts/device/probes" ;;
   backends)
     export MAX_JOBS=${FI_JOBS:-12}

@@ -25,8 +25,8 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
-                  warmup_mixes)
+from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, log_end,
+                  retractions_of, server_args, warmup_mixes)
 from . import cpu_pinning, triton_cache
 from . import gc_stats
 from .mtbench import Client, load_questions, require_chat_template, run_benchmark, sized
@@ -139,6 +139,10 @@ def summarize_pair(passes: list) -> dict:
             compiles = {f"{k}_without_compiles": without[k] for k in ("ratio", "low", "high", "rounds")}
         else:
             compiles = {}
+        # Retractions in the counted passes: a side whose pool could not hold the batch re-ran requests,
+        # and its throughput measured the pool, not the path. None where a side's log was not read.
+        retracted = {side: (None if any(by[r, side].get("retractions") is None for r in rounds)
+                            else sum(by[r, side]["retractions"] for r in rounds)) for side in ("A", "B")}
         gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
         gc_share = lambda side: mean([by[r, side]["gc"]["ms"] / (1e3 * by[r, side]["wall_s"])  # noqa: E731
                                       for r in rounds if by[r, side].get("gc") and by[r, side].get("wall_s")])
@@ -149,7 +153,11 @@ def summarize_pair(passes: list) -> dict:
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
                          "compiled_A": compiled["A"], "compiled_B": compiled["B"], **compiles,
                          "spread_A": pass_spread(a), "spread_B": pass_spread(b),
+                         "retractions_A": retracted["A"], "retractions_B": retracted["B"],
                          **{f"round_rate_{k}": round_rate[k] for k in ("ratio", "low", "high", "verdict")}}
+        if retracted["A"] or retracted["B"]:
+            out[str(par)].update(ratio_verdict=out[str(par)]["verdict"],
+                                 verdict=f"KV-bound: A retracted {retracted['A']}, B {retracted['B']}")
     return out
 
 
@@ -240,11 +248,14 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
         gc_dir = getattr(servers[side], "gc_stats_dir", None)
         for par, qs in levels:
             gc_before = gc_stats.read_totals(gc_dir) if gc_dir else None
+            log = getattr(servers[side], "log_file", None)
+            log_start = log_end(log)
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
             variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
             rec = _pass_record(bench, side, rnd, par, compiled, signatures)
+            rec.update(retractions_of(log, log_start, "this pass"))
             if placed is not None:
                 rec["cpus"] = placed[side]
             if gc_dir:
@@ -383,10 +394,11 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
             if gc_dir:
                 gc_dir.mkdir(parents=True, exist_ok=True)  # the record writes only into a folder that exists
             env = {**cfg.env, gc_stats.ENV_VAR: str(gc_dir)} if gc_dir else cfg.env
-            servers[side], _, cache_dirs[side] = launch(
+            servers[side], launched, cache_dirs[side] = launch(
                 replace(cfg, name=name, env=env), args, port=port, log_dir=str(out / "logs"),
                 startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds, cpus=server_cpus)
             servers[side].gc_stats_dir = gc_dir
+            servers[side].log_file = launched["log"]  # each pass counts the retractions logged during it
         if cpus:
             pair["cpus"] = {side: cpus["servers"][2 * gpu + (side == "B")] for side in ("A", "B")}
         lanes.append((pair, servers, cache_dirs))
@@ -410,18 +422,21 @@ def markdown(results: dict) -> str:
              f"{levels}" + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
-             + "; ratio = geometric mean of B/A per round, 95% t-interval",
-             "", "| A | B | parallel | A tok/s | B tok/s | B/A | 95% interval | verdict | acceptance A / B | rounds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             + "; ratio = geometric mean of B/A per round, 95% t-interval; retractions: the servers' \"KV cache "
+             "pool is full\" lines during the counted passes (a side that retracted measured its KV pool: "
+             "the verdict says KV-bound)",
+             "", "| A | B | parallel | A tok/s | B tok/s | B/A | 95% interval | verdict | acceptance A / B | rounds "
+             "| retractions A / B |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
     for key, pair in results["pairs"].items():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | {fmt(s['tps_A'])} | "
                          f"{fmt(s['tps_B'])} | {fmt(s['ratio'], '{:.3f}x')} | "
                          f"{fmt(s['low'], '{:.3f}')}-{fmt(s['high'], '{:.3f}')} | {s['verdict']} | "
-                         f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} |")
+                         f"{fmt(s['acceptance_A'], '{:.3f}')} / {fmt(s['acceptance_B'], '{:.3f}')} | {s['rounds']} | "
+                         f"{fmt(s.get('retractions_A'), '{}')} / {fmt(s.get('retractions_B'), '{}')} |")
         if pair.get("error"):
-            lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} |||||||")
+            lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} ||||||||")
     stalled = [(pair, par, s) for pair in results["pairs"].values() for par, s in (pair.get("summary") or {}).items()
                if "ratio_without_compiles" in s]
     if stalled:

@@ -211,7 +211,9 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     # this pass includes that cost (earlier runs paid it on nospec_p1 only); throughput
     # runs turn it off (margins=False) and keep it for the non-speculative reference.
     top = 2 if margins or cfg.algorithm is None else 0
+    log_start = log_end(record.get("log"))
     bench = run_benchmark(server.base_url, questions, parallel=parallel, top_logprobs=top, **bench_kw)
+    record.update(retractions_of(record.get("log"), log_start, "the measured pass"))
     record["summary"] = bench["summary"]
     record["server"] = bench["server"]
     record["metadata"] = bench["metadata"]
@@ -251,6 +253,27 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
             record["profile"] = profile.summarize_trace(trace, top=150,
                                                         steps=None if profile_stack else PROFILE_STEPS - 1)
             record["profile"]["with_stack"] = profile_stack
+
+
+def log_end(path) -> int | None:
+    """Where a server log ends now (:func:`.stress.logs.log_end`): the start of the work that follows."""
+    from .stress.logs import log_end as end  # here: the stress package imports this module
+
+    return end(path)
+
+
+def retractions_of(path, start: int | None, what: str) -> dict:
+    """The retractions a server logged since ``start`` (:func:`log_end` before ``what``): SGLang retracts
+    running requests when its KV pool cannot hold the next decode step's reservation, and serves
+    them again later, so a throughput measured with retractions measured the pool, not the path.
+    ``retractions`` is None where there is no log to read."""
+    from .stress.logs import retractions_since
+
+    found = retractions_since(path, start)
+    if found is None:
+        return {"retractions": None, "retractions_counted": "no server log"}
+    return {"retractions": found["retract"], "retracted_reqs": found["retracted_reqs"],
+            "retractions_counted": f"log lines written during {what}"}
 
 
 # Forward steps the profiler records per profiled server: enough to average over
@@ -406,6 +429,11 @@ def measure_cost(cfg: RunConfig) -> float:
     return 2.0 if not cfg.cuda_graph else 1.0
 
 
+def measured(record: dict | None) -> bool:
+    """A configuration :func:`run_configs` measured to the end: a summary and no error."""
+    return bool(record) and record.get("summary") is not None and not record.get("error")
+
+
 def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str, num_questions: int = 80,
                 parallel: int = 16, max_new_tokens: int = 256, max_total_tokens: int = 131072,
                 mem_fraction: float = 0.5, load_format: str | None = None, startup_timeout: float = 600,
@@ -428,7 +456,8 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
     warmup_questions = _warmup_questions(all_questions, warmup)
     out_path = Path(out_json)
     results = json.loads(out_path.read_text()) if out_path.exists() else {}
-    todo = [(i, c) for i, c in enumerate(configs) if not (c.name in results and not results[c.name].get("error"))]
+    # Measured again: a configuration that failed, or has no summary (interrupted before it was measured).
+    todo = [(i, c) for i, c in enumerate(configs) if not measured(results.get(c.name))]
     group_size = max(1, concurrency)
 
     def save():
@@ -463,18 +492,22 @@ def run_configs(configs, *, target: str, draft: str, out_json: str, log_dir: str
                      profile_dir=profile_dir if name in profile else None, profile_stack=profile_stack,
                      margins=margins, tokenizer=tokenizer)
 
+        finished = set()
+
         def done(name, record):
             results[name] = record
+            finished.add(name)
             save()
             s = record.get("summary") or {}
             print(f"[e2e] {name}: acc={s.get('acceptance_length')} tok/s={s.get('output_throughput')} "
-                  f"startup={record.get('startup_s')}s err={record.get('error', '')[:200]}", flush=True)
+                  f"startup={record.get('startup_s')}s retractions={record.get('retractions')} err={record.get('error', '')[:200]}", flush=True)
 
         try:
             serve_group(launched, measure, done, lanes=lanes, phases=phases)
         finally:
             for name, _, record in launched:
-                results.setdefault(name, record)  # interrupted before it was measured
+                if name not in finished:  # interrupted before it was measured: the next call measures it
+                    results[name] = {**record, "interrupted": True}
             save()
     return results
 

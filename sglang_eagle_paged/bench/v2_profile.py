@@ -23,6 +23,7 @@ from pathlib import Path
 from . import profile, pyspy, round_profile, v2_sets
 from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
 from .mtbench import load_questions, run_benchmark
+from .v2_run import kv_pool
 
 # The round-marks probe's variable (scripts/device/probes/round_marks.py)
 MARKS_ENV = "SGLANG_EAGLE_PAGED_ROUND_MARKS"
@@ -111,6 +112,8 @@ def run(a, prepare) -> int:
     """``v2_run profile``: ``prepare(cfg)`` gives each configuration the command line's graph and running
     caps, and the round marks' probe when asked."""
     cfgs = [prepare(c) for c in v2_sets.configs(a.set, a.only)]
+    # the load's prompts go as plain text (measure sends no chat template)
+    pool = kv_pool(a, cfgs, a.load_questions, a.parallel, "v2 profile", None)
     out = Path(a.out)
     record_path = out / "profile.json"
     records = json.loads(record_path.read_text()) if record_path.exists() else {}
@@ -132,7 +135,7 @@ def run(a, prepare) -> int:
     launched = []
     for i, cfg in enumerate(todo):
         port = 30000 + 20 * i
-        args = server_args(cfg, a.target, a.draft, port, a.max_total_tokens, a.mem_fraction, a.load_format)
+        args = server_args(cfg, a.target, a.draft, port, pool, a.mem_fraction, a.load_format)
         server, record, _ = launch(cfg, args, port=port, log_dir=str(out / "logs"), startup_timeout=600,
                                    shared_gpu=len(todo) > 1)
         launched.append((cfg.name, server, record))

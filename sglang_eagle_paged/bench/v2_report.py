@@ -50,13 +50,22 @@ def _ok(rec) -> bool:
     return bool(rec) and not rec.get("error") and rec.get("summary") is not None
 
 
+def _retractions(rec: dict) -> str:
+    n = rec.get("retractions")
+    if n is None:  # not counted: a recording from before the count, or no server log
+        return "-"
+    return f"{n} ({rec['retracted_reqs']} requests)" if n else "0"
+
+
 def report(out_dir) -> str:
     out = Path(out_dir)
     path = out / "e2e.json" if (out / "e2e.json").exists() else out / "e2e.json.gz"
     res = load_recording(path)
     lines = [f"# v2 sweep: {len(res)} configurations ({path.name})", ""]
-    lines += ["## Configurations", "", "| name | mode | page | backend | extra | acceptance | tok/s | startup s | "
-              "compiled after warm-up | error |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["## Configurations (retractions: the server's \"KV cache pool is full\" lines during the measured "
+              "pass; a configuration that retracted measured its KV pool)", "",
+              "| name | mode | page | backend | extra | acceptance | tok/s | startup s | "
+              "compiled after warm-up | retractions | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rec in res.items():
         cfg, s = rec.get("config", {}), rec.get("summary") or {}
         compiled = rec.get("triton_compiled_during_run")
@@ -65,7 +74,7 @@ def report(out_dir) -> str:
                      f"{s.get('output_throughput', '-')} | {rec.get('startup_s', '-')} | "
                      f"{sum(compiled.values()) if compiled is not None else '-'}"
                      f"{' (' + ', '.join(f'{k} {v}' for k, v in sorted(compiled.items())) + ')' if compiled else ''} | "
-                     f"{(rec.get('error') or '')[:120]} |")
+                     f"{_retractions(rec)} | {(rec.get('error') or '')[:120]} |")
     lines += ["", "## Greedy outputs (first reference token that differs; near-tie: top-2 margin <= 0.5)", "",
               "| A | reference | compared | identical | divergences | on near-ties | margin max |",
               "|---|---|---|---|---|---|---|"]

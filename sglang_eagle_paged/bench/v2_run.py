@@ -24,8 +24,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from . import v2_sets
-from .e2e import add_workload_args, run_configs
+from . import kv_sizing, v2_sets
+from .e2e import _warmup_questions, add_workload_args, run_configs
+from .mtbench import load_questions, sized
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -43,6 +44,28 @@ def with_probe(cfgs: list, probe_dir: str, env_of) -> list:
 def sized_for(cfg, a):
     """``cfg`` with the command line's CUDA-graph batch and running-request cap."""
     return replace(cfg, cuda_graph_max_bs=a.cuda_graph_max_bs, max_running_requests=a.max_running_requests)
+
+
+def pool_arg(value: str):
+    """``--max-total-tokens``: KV slots per server, or ``auto`` (:func:`kv_pool`)."""
+    return value if value == "auto" else int(value)
+
+
+def kv_pool(a, cfgs, conversations: int, parallel: int, tag: str, tokenizer: str | None) -> int:
+    """The command line's ``--max-total-tokens``; with ``auto``, the pool in which every configuration
+    of ``cfgs`` runs ``parallel`` requests of this workload without retraction (:mod:`.kv_sizing`),
+    bounded over the ``conversations`` measured and the warm-up's as the client sends them (with
+    ``tokenizer``'s chat template, or plain text), and printed."""
+    if a.max_total_tokens != "auto":
+        return a.max_total_tokens
+    every = load_questions(a.question_file, None)
+    sent = sized(every, conversations) + _warmup_questions(every, a.warmup)
+    prompt, how = kv_sizing.longest_prompt(sent, a.max_new, tokenizer)
+    tokens = kv_sizing.pool_tokens(cfgs, parallel, prompt, a.max_new)
+    print(f"[{tag}] --max-total-tokens auto: {tokens} = parallel {parallel} x (reserve + longest prompt {prompt} "
+          f"tokens ({how}) + max_new {a.max_new}), in whole pages, the largest need of "
+          f"{', '.join(c.name for c in cfgs)}", flush=True)
+    return tokens
 
 
 def pair_dir(out: Path, a, b) -> Path:
@@ -65,6 +88,7 @@ def sweep(a) -> int:
     out = Path(a.out)
     if a.probe_dir:
         cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
+    pool = kv_pool(a, cfgs, a.questions, a.parallel, "v2 sweep", a.tokenizer)
     if a.dry_run:
         for c in cfgs:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
@@ -72,7 +96,7 @@ def sweep(a) -> int:
         return 0
     run_configs(cfgs, target=a.target, draft=a.draft, out_json=str(out / "e2e.json"), log_dir=str(out / "logs"),
                 num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
-                max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, question_file=a.question_file,
+                max_total_tokens=pool, mem_fraction=a.mem_fraction, question_file=a.question_file,
                 warmup=a.warmup, concurrency=a.concurrency or len(cfgs), ignore_eos=a.ignore_eos,
                 parallel1_questions=a.parallel1_questions, gpus=a.gpus, load_format=a.load_format,
                 tokenizer=a.tokenizer)
@@ -91,9 +115,11 @@ def ab(a) -> int:
         if pair_done(where, a.rounds):
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
             continue
+        # both sides get the pool of the larger need (bench.ab refuses unequal pools)
+        pool = kv_pool(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
             print(f"[v2 ab] {pa.name}:{pb.name} -> {where} (target {a.target}, draft {a.draft}, "
-                  f"chat template {a.tokenizer or 'none'})")
+                  f"chat template {a.tokenizer or 'none'}, KV pool {pool})")
             continue
         try:
             results = ab_mod.run_pairs([(pa, pb)], target=a.target, draft=a.draft, out_dir=str(where),
@@ -101,7 +127,7 @@ def ab(a) -> int:
                                        more_parallel=more, load_format=a.load_format,
                                        parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
-                                       max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction,
+                                       max_total_tokens=pool, mem_fraction=a.mem_fraction,
                                        question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes,
                                        tokenizer=a.tokenizer)
         except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
@@ -129,7 +155,9 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--target", required=True)
         s.add_argument("--draft", required=True)
         s.add_argument("--out", required=True)
-        s.add_argument("--max-total-tokens", type=int, default=131072)
+        s.add_argument("--max-total-tokens", type=pool_arg, default=131072,
+                       help="KV slots per server, or 'auto': what the largest need of the configurations (of a "
+                            "pair: both sides the same) takes to run --parallel requests without retraction")
         s.add_argument("--mem-fraction", type=float)
         s.add_argument("--cuda-graph-max-bs", type=int, default=32,
                        help="largest batch served by a CUDA graph (at least the parallelism measured)")

@@ -495,3 +495,37 @@ def test_every_pass_of_a_pair_sends_the_chat_template_when_given_a_tokenizer(mon
                        tokenizer=str(TEMPLATED_TOKENIZER))
     assert res["tokenizer"] == str(TEMPLATED_TOKENIZER)
     assert FakeSGLang.prompts and all("input_ids" in r and "text" not in r for r in FakeSGLang.prompts)
+
+
+def test_retractions_during_counted_passes_make_the_verdict_kv_bound(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    """A side whose server logs "KV cache pool is full" during a counted pass measured its pool: the row
+    says so instead of a speed verdict; retractions of the warm-up are not counted."""
+    from test_e2e_runner import _with_log
+
+    _serve_fakes(monkeypatch, fake_server)
+    monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
+    real, calls = ab.run_benchmark, []
+    line = "[TP0] KV cache pool is full. Retract requests. #retracted_reqs: 4, #new_tokens_gained: 512\n"
+
+    def bench(base_url, qs, **kw):
+        calls.append(kw["parallel"])
+        out = real(base_url, qs, **kw)
+        # call 3: B's first warm-up mix; call 7: round 0's B pass at parallel 2 (order as in the test above)
+        if len(calls) in (3, 7):
+            with open(FakeServer.started[1].log_path, "a") as f:
+                f.write(line * 2)
+        return out
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2, parallel=2, parallel1_questions=1,
+                       max_new_tokens=8, warmup=1, question_file=str(_question_file(tmp_path)), settle=0)
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    assert [p["retractions"] for p in pair["passes"]] == [0, 0, 2, 0, 0, 0, 0, 0]
+    assert pair["passes"][2]["retracted_reqs"] == 8
+    s2, s1 = pair["summary"]["2"], pair["summary"]["1"]
+    assert (s2["retractions_A"], s2["retractions_B"]) == (0, 2)
+    assert s2["verdict"] == "KV-bound: A retracted 0, B 2" and s2["ratio_verdict"] in ("B >= A", "B < A", "level within the noise")
+    assert (s1["retractions_A"], s1["retractions_B"]) == (0, 0) and not s1["verdict"].startswith("KV-bound")
+    md = ab.markdown(res)
+    assert "| KV-bound: A retracted 0, B 2 |" in md and "| 2 | 0 / 2 |" in md and "| 2 | 0 / 0 |" in md

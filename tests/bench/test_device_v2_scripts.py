@@ -287,10 +287,22 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
                  ALSO_PARALLEL="128", GRAPH_BS="128", AB_TAG="p64")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"[v2 ab] triton_on_p64:triton_off_p64 -> {tmp_path}/v2/ab-p64/triton_on_p64__triton_off_p64" in done.stdout
-    real = _call(tmp_path, "ab", MODEL="smollm2", AB_PAIRS="on_p64:off_p64", SMOLLM2_WORK="/w")
+    # AB_KV=auto (the default): each pair's pool from the larger need at the largest parallelism, both sides alike
+    from sglang_eagle_paged.bench import e2e, kv_sizing
+
+    sized = [ln for ln in done.stdout.splitlines() if "--max-total-tokens auto:" in ln]
+    assert len(sized) == 2 and all("= parallel 128 x (" in ln and "one token per UTF-8 byte" in ln for ln in sized)
+    pool = int(sized[0].split("auto: ")[1].split()[0])
+    assert sized[0].endswith("the largest need of on_p64, off_p64") and f"KV pool {pool})" in done.stdout
+    prompt = int(sized[0].split("longest prompt ")[1].split()[0])
+    assert pool == kv_sizing.pool_tokens([e2e.RunConfig("p64", page_size=64)], 128, prompt, 256)
+    fixed = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536")
+    assert "KV pool 65536)" in fixed.stdout and "auto:" not in fixed.stdout, fixed.stdout + fixed.stderr
+    # a fixed pool: auto would read the chat template's tokenizer, which is on the GPU machine only;
     # no head trained at /w: the package's
-    assert "(target /w/target, draft sglang_eagle_paged/testbed/smollm2-draft, chat template /w/target)" in real.stdout, \
-        real.stdout + real.stderr
+    real = _call(tmp_path, "ab", MODEL="smollm2", AB_PAIRS="on_p64:off_p64", SMOLLM2_WORK="/w", AB_KV="131072")
+    assert ("(target /w/target, draft sglang_eagle_paged/testbed/smollm2-draft, chat template /w/target, "
+            "KV pool 131072)") in real.stdout, real.stdout + real.stderr
     bad = _call(tmp_path, "ab", MODEL="huge")
     assert bad.returncode == 2 and "MODEL=huge: want testbed, large or smollm2" in bad.stderr
 
@@ -304,6 +316,7 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     assert all("graph_bs=64 max_running=128 marks=on (to profile)" in ln for ln in rows)
     assert ("[v2 profile] load 512 conversations at parallel 64, max_new 256, ignore_eos=True; "
             "24 steps per profile: nostack, stack") in done.stdout
+    assert "[v2 profile] --max-total-tokens auto: " in done.stdout and "= parallel 64 x (" in done.stdout
     # a server with both summaries recorded by an earlier call is not started again
     root = tmp_path / "v2" / "profile"
     (root / "profile.json").write_text(json.dumps({"on_p64": {"summaries": {"nostack": "a", "stack": "b"}},
@@ -367,6 +380,8 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
            "off_p64": rec("off", 64, {**same, "3/1": "answer x"}, 4.0, {"copy_all_layer_kv_cache_tiled": 3}),
            "on_p1": rec("on", 1, same, 4.0, {}),
            "nospec_p1": rec("nospec", 1, {**same, "0/1": "answer y", "1/1": "answer z"}, 1.0, {})}
+    res["on_p64"].update(retractions=3, retracted_reqs=9)  # its pool could not hold the batch
+    res["on_p1"].update(retractions=0, retracted_reqs=0)
     (tmp_path / "e2e.json").write_text(json.dumps(res))
     probe = sync_probe.Probe(str(tmp_path / "sync" / "off_p64"))
     try:
@@ -383,7 +398,9 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
     assert "| on_p64 | on_p1 | 4 | 4 | 0 | 0 | - |" in text
     assert "| on_p64 | nospec_p1 | 4 | 2 | 2 | 0 | - |" in text
     assert "| off_p64 | prepare | 3 | 6 | 2.0 |" in text
-    assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) |" in text
+    assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) | - |" in text
+    assert "| on_p64 | on | 64 | fa3 | - | 4.0 | 100.0 | 60 | 0 | 3 (9 requests) |" in text
+    assert "| on_p1 | on | 1 | fa3 | - | 4.0 | 100.0 | 60 | 0 | 0 |" in text
 
 
 # ---------------------------------------------------------------- the host-sync probe

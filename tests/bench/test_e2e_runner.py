@@ -605,3 +605,69 @@ def test_a_tokenizer_without_chat_template_is_refused_before_any_server_starts(t
                         out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
                         question_file=str(questions), warmup=0, tokenizer=str(plain))
     assert fake_servers.started == []
+
+
+def test_a_configuration_interrupted_before_its_summary_is_measured_by_the_next_call(
+        monkeypatch, tmp_path, questions, fake_servers):
+    """A time limit during a measurement leaves a record without a summary: it says so, and the next
+    call measures it (it used to be kept as measured, and every later call skipped it)."""
+    real_measure = e2e._measure
+
+    def interrupted(server, cfg, *a, **kw):
+        if cfg.name == "on_p64":
+            raise KeyboardInterrupt  # the suite's time limit, in the measuring thread
+        return real_measure(server, cfg, *a, **kw)
+
+    monkeypatch.setattr(e2e, "_measure", interrupted)
+    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("on_p128", page_size=128)]
+    out = tmp_path / "e.json"
+    kw = dict(target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"), num_questions=1,
+              question_file=str(questions), warmup=0)
+    with pytest.raises(KeyboardInterrupt):
+        e2e.run_configs(configs, **kw)
+    first = json.loads(out.read_text())
+    assert first["on_p1"].get("summary") and "interrupted" not in first["on_p1"]
+    assert first["on_p64"]["interrupted"] is True and "summary" not in first["on_p64"]
+    assert "on_p128" not in first
+
+    monkeypatch.setattr(e2e, "_measure", real_measure)
+    FakeServer.started = []
+    res = e2e.run_configs(configs, **kw)
+    assert [s.name for s in FakeServer.started] == ["on_p64", "on_p128"]  # on_p1 was measured already
+    assert res["on_p64"]["summary"]["num_requests"] == 2 and "interrupted" not in res["on_p64"]
+    assert json.loads(out.read_text()) == res
+
+
+def test_retractions_are_counted_in_the_measured_pass_only(monkeypatch, tmp_path, questions, fake_servers):
+    """The server log's "KV cache pool is full" lines written during the measured pass are the record's
+    retractions; those of the warm-up and of the parallel-1 pass are not."""
+    real = e2e.run_benchmark
+    line = "[2026-12-01 10:01:00 TP0] KV cache pool is full. Retract requests. #retracted_reqs: {n}, #new_tokens_gained: 384\n"
+
+    def logging_benchmark(url, qs, **kw):
+        out = real(url, qs, **kw)
+        server = FakeServer.started[-1]
+        measured = kw.get("top_logprobs")  # only the measured pass asks for margins
+        with open(server.log_path, "a") as f:
+            f.write("".join(line.format(n=3 if measured else 7) for _ in range(2 if measured else 1)))
+        return out
+
+    monkeypatch.setattr(e2e, "run_benchmark", logging_benchmark)
+    monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
+    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+                          out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
+                          question_file=str(questions), warmup=1, parallel1_questions=1)
+    rec = res["on_p64"]
+    assert (rec["retractions"], rec["retracted_reqs"]) == (2, 6), rec
+    assert rec["retractions_counted"] == "log lines written during the measured pass"
+    log = Path(rec["log"]).read_text()
+    assert log.count("Retract requests") == 2 + 2 + 1  # two warm-up mixes, measured pass, parallel 1
+
+
+def _with_log(init):
+    def __init__(self, args, *, log_path, **kw):
+        init(self, args, log_path=log_path, **kw)
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text("server starting\n")  # as ServerProcess: the log exists once started
+    return __init__

@@ -99,3 +99,27 @@ def scan_log_file(path) -> dict:
         return scan_log(path.read_text(errors="replace"))
     except OSError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def log_end(path) -> int | None:
+    """The byte offset at which the next line of a server log will be written (None: no log)."""
+    try:
+        return Path(path).stat().st_size
+    except (OSError, TypeError):
+        return None
+
+
+def retractions_since(path, offset: int | None) -> dict | None:
+    """Retractions (``retract``: the scheduler's "KV cache pool is full" lines; ``retracted_reqs``: the
+    requests they retracted) in the part of a server log written after byte ``offset``
+    (:func:`log_end` before the work), and that part's end; None where there is no log."""
+    if offset is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return None
+    scan = scan_log(data.decode(errors="replace"))
+    return {"retract": scan["retract"], "retracted_reqs": scan["retracted_reqs"], "end": offset + len(data)}
