@@ -71,3 +71,31 @@ def test_the_longest_prompt_with_a_chat_template_counts_its_tokens():
     assert n == len(ids) + kv_sizing.SPECIAL_TOKENS + 64 + kv_sizing.ANSWER_SLACK and "chat template" in how
     # the template's tokens are fewer than the plain text's bytes: the bound without it is the larger
     assert n < kv_sizing.longest_prompt(qs, max_new=64)[0]
+
+
+# The releases that do not import beside 0.5.23 (the GPU machine's 0.5.17 among them), read from their
+# published wheels (scripts/fetch_sglang_wheels.sh): the reserve's formula is the one 0.5.23 runs above.
+WHEELS = Path(__file__).resolve().parents[2] / ".sglang-wheels"
+SIZING_HOME = {"0.5.13.post1": "mem_cache/common.py", "0.5.15.post1": "mem_cache/common.py",
+               "0.5.17": "mem_cache/allocation_sizing.py", "0.5.23": "mem_cache/allocation_sizing.py"}
+
+
+def _formula(version):
+    import ast
+
+    path = WHEELS / version / "sglang" / "srt" / SIZING_HOME[version]
+    if not path.is_file():
+        pytest.skip(f"{path} missing: run scripts/fetch_sglang_wheels.sh")
+    funcs = {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+    alloc, reserve = funcs["get_alloc_len_per_decode"], funcs["get_alloc_reserve_per_decode"]
+    pages = [ast.unparse(s.value) for s in ast.walk(alloc)
+             if isinstance(s, ast.Assign) and getattr(s.targets[0], "id", "") == "num_new_pages_per_topk"]
+    returns = [ast.unparse(s.value) for s in ast.walk(alloc) if isinstance(s, ast.Return)]
+    doubled = [ast.unparse(s.value).split("(")[0] for s in ast.walk(reserve) if isinstance(s, ast.Return)]
+    return pages, [r for r in returns if "spec_topk" in r or r == "1"], doubled
+
+
+@pytest.mark.parametrize("version", ["0.5.13.post1", "0.5.15.post1", "0.5.17"])
+def test_every_v2_release_reserves_by_the_formula_0_5_23_runs(version):
+    assert _formula(version) == _formula("0.5.23")
+    assert _formula(version)[0] == ["(page_size - 1 + spec_steps + page_size - 1) // page_size"]
