@@ -19,7 +19,7 @@
 #           MT-bench on the real pair, the chat template applied (bench.e2e --tokenizer): no
 #           speculation at page 1, and fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 64, 128
 #           with the plugin on, fake and SGLang's own (off) at 64 and 128, all 80 questions (both
-#           turns), every server started together (BENCH_S); then, alone on the GPU,
+#           turns), every server started together (BENCH_S; SMOLLM2_KV slots each [131072]); then, alone on the GPU,
 #           serve-default --model smollm2 as a user runs it (SD_S). Results accumulate in
 #           /tmp/smollm2-bench/e2e.json and /tmp/smollm2-sd: the same command again resumes what
 #           was not measured and skips a serve-default that finished.
@@ -38,6 +38,7 @@ GGUF_WHEEL=gguf-0.19.0-py3-none-any.whl
 GEN_MIN=${GEN_MIN:-1.5}
 HEAD_MIN=${HEAD_MIN:-3.5}
 TRAIN=${TRAIN:-1}
+KV=${SMOLLM2_KV:-131072}   # KV slots of every part-C server
 BENCH_S=${BENCH_S:-330}
 SD_S=${SD_S:-210}   # one server, cold Triton cache and CUDA graphs to capture: minutes to start
 BENCH_ONLY=${BENCH_ONLY:-nospec_p1,on_p1,on_p64,on_p128,fake_p64,fake_p128,off_p64,off_p128}
@@ -123,13 +124,15 @@ mkdir -p "$SD" "$BENCH"
 N_CONFIGS=$(tr ',' '\n' <<< "$BENCH_ONLY" | grep -c .)
 # SGLang sizes a server's pool from the GPU's free memory minus (1 - mem fraction) of its total:
 # with many servers on one GPU, a high fraction and a capped pool (--max-total-tokens) let the
-# last ones start; the pools themselves stay small (65,536 tokens, 1.5 GB for SmolLM2).
+# last ones start; the pools themselves stay small (KV slots, 23 KB each for SmolLM2: 3 GB at the
+# default). Page 128 at parallel 16 needs about 16 x (4,096 reserved + context) slots (bench/kv_sizing.py):
+# 65,536 retracted hundreds of times (run 21).
 # The chat template is the target's, applied client-side (--tokenizer; without it the runner sends
 # the plain "User:/Assistant:" prompt, which a chat model answers worse than it is used).
 run timeout -s INT "$BENCH_S" python3 -m sglang_eagle_paged.bench.e2e --set extended --only "$BENCH_ONLY" \
   --target "$WORK/target" --draft "$HEAD" --tokenizer "$WORK/target" --out "$BENCH" \
   --questions 80 --max-new 256 --parallel 16 --parallel1-questions "$P1_QUESTIONS" --warmup 16 \
-  --concurrency "$N_CONFIGS" --gpus "$GPUS" --max-total-tokens 65536 --mem-fraction 0.8 > "$OUT/bench.log" 2>&1
+  --concurrency "$N_CONFIGS" --gpus "$GPUS" --max-total-tokens "$KV" --mem-fraction 0.8 > "$OUT/bench.log" 2>&1
 say "bench rc=$?"
 [ "$DRY" = 1 ] || grep "^\[e2e\]" "$OUT/bench.log" | tail -40
 [ "$DRY" = 1 ] || pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
@@ -143,7 +146,7 @@ else
   SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target" \
     run timeout "$SD_S" python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
     "${DRAFT_ARG[@]}" --port 31000 --num-questions "${SD_QUESTIONS:-16}" \
-    --max-total-tokens 65536 --no-progress --out "$SD" --log-file "$SD/server.log" > "$SD/stdout.log" 2>&1
+    --max-total-tokens "$KV" --no-progress --out "$SD" --log-file "$SD/server.log" > "$SD/stdout.log" 2>&1
   echo "serve-default rc=$?" >> "$SD/stdout.log"
   tail -30 "$SD/stdout.log"
 fi

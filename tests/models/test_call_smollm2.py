@@ -89,6 +89,7 @@ def test_part_c_benchmark_then_serve_default_alone(checkout):
     bench = (checkout / "out" / "bench.log").read_text()
     assert "timeout -s INT 330 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
     assert "--concurrency 8 " in bench                   # every configuration started together
+    assert "--max-total-tokens 131072 " in bench         # page 128's reserve at parallel 16 fits
     assert "--draft sglang_eagle_paged/testbed/smollm2-draft " in bench   # no head trained here: the package's
     sd = (checkout / "sd" / "stdout.log").read_text()
     # ... which is serve-default's own default: no path named, as a user runs it
