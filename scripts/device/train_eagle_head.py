@@ -2,17 +2,22 @@
 """Train an EAGLE-1 draft head for a frozen, given target (a Hugging Face Llama folder).
 
     python3 scripts/device/train_eagle_head.py TARGET_DIR OUT_DIR --minutes 4 --gen-minutes 1.5
+    python3 scripts/device/train_eagle_head.py TARGET_DIR OUT_DIR --resume --minutes 6 --gen-minutes 0
 
 Writes OUT_DIR/draft (``LlamaForCausalLMEagle``, one layer, the keys SGLang 0.5.12.post1's
-``llama_eagle.py`` loads, bf16, ``tie_word_embeddings: false``, the target's tokenizer) and
-OUT_DIR/train_record.json (data, steps, losses, wall times, teacher-forced agreement, chained
-acceptance, versions).
+``llama_eagle.py`` loads, bf16, ``tie_word_embeddings: false``, the target's tokenizer),
+OUT_DIR/train_record.json (data by kind, steps, losses, wall times, teacher-forced agreement per
+kind, chained acceptance, versions), and what a later call continues from (``head_checkpoint``):
+the answers (OUT_DIR/answers.jsonl) and the draft, optimizer, step and schedule position
+(OUT_DIR/checkpoint). ``--resume`` continues training where the last call stopped; the lr schedule
+spans ``--total-minutes`` of training over all calls.
 
 Data, all made offline on the machine that runs it (MT-bench is never read: it is kept for
 evaluation):
-* prompts built from the docstrings of this Python's standard library (explain, summarise,
-  rewrite, write code, list, compare), answered by the target itself, greedily, under its
-  chat template: the draft learns the target's own outputs, which is what it drafts at serving;
+* prompts of nine kinds (``head_prompts``: writing, roleplay, reasoning, math, coding, extraction,
+  STEM, humanities, and questions on standard-library docstrings), mixed by ``--prompt-mix``,
+  answered by the target itself, greedily, under its chat template: the draft learns the target's
+  own outputs, which is what it drafts at serving. A share of each kind is held out;
 * teacher-forced text: windows of standard-library source and package descriptions
   (``make_testbed.collect_corpus``), a fraction ``--tf-frac`` of the batches.
 
@@ -24,18 +29,17 @@ features have std about 1.9 with outliers near 50 on SmolLM2, so the learning ra
 the testbed's (peak 8e-4, warm-up, cosine), and gradients are clipped.
 """
 import argparse
-import ast
-import hashlib
 import importlib.metadata
 import json
 import os
 import random
 import shutil
 import sys
-import sysconfig
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import head_checkpoint as hc  # noqa: E402  (the answers and state kept between calls)
+import head_prompts as hp  # noqa: E402  (the prompts, by kind)
 import make_testbed as mt  # noqa: E402  (the shared draft module, schedule and chain simulation)
 
 T_START = time.time()
@@ -46,74 +50,6 @@ def log(*a):
     print(f"[{time.time() - T_START:6.1f}s]", *a, flush=True)
 
 
-# --------------------------------------------------------------------------- prompts
-def _first_paragraph(doc: str, limit: int = 600) -> str:
-    para = doc.strip().split("\n\n", 1)[0]
-    return " ".join(para.split())[:limit]
-
-
-def stdlib_snippets(max_files: int | None = None) -> list[tuple[str, str, str]]:
-    """(module, object, first docstring paragraph) from the top-level standard-library modules."""
-    root = sysconfig.get_paths()["stdlib"]
-    out = []
-    files = sorted(f for f in os.listdir(root) if f.endswith(".py") and not f.startswith("_"))
-    for f in files[:max_files]:
-        try:
-            with open(os.path.join(root, f), encoding="utf-8") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        mod = f[:-3]
-        doc = ast.get_docstring(tree)
-        if doc and len(doc) > 40:
-            out.append((mod, "", _first_paragraph(doc)))
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
-                d = ast.get_docstring(node)
-                if d and len(d) > 40:
-                    out.append((mod, node.name, _first_paragraph(d)))
-    return out
-
-
-TEMPLATES_MODULE = [
-    "Explain what the Python module `{mod}` is for, with an example of when you would use it.",
-    "I am new to Python. What does the standard library module `{mod}` do?",
-    "Summarize the following description in two sentences:\n\n{doc}",
-    "Write a short blog post introduction about the Python module `{mod}`, based on this: {doc}",
-]
-TEMPLATES_OBJECT = [
-    "What does `{mod}.{obj}` do in Python? Here is its documentation: {doc}",
-    "Write a short Python example that uses `{mod}.{obj}`.",
-    "Rewrite this documentation in simpler words for a beginner:\n\n{doc}",
-    "List three situations in which `{mod}.{obj}` is useful.",
-    "Explain the following in your own words, then give a one-line summary:\n\n{doc}",
-    "Is `{mod}.{obj}` a good choice for a small script? Answer briefly and explain why.",
-    "Turn this description into a numbered list of its main points:\n\n{doc}",
-    "Compare `{mod}.{obj}` with doing the same thing by hand. {doc}",
-]
-
-
-def make_prompts(n: int, seed: int, max_files: int | None = None) -> list[str]:
-    rng = random.Random(seed)
-    snippets = stdlib_snippets(max_files)
-    rng.shuffle(snippets)
-    prompts, seen = [], set()
-    i = 0
-    while len(prompts) < n and snippets and i < 20 * n:
-        mod, obj, doc = snippets[i % len(snippets)]
-        templates = TEMPLATES_OBJECT if obj else TEMPLATES_MODULE
-        p = rng.choice(templates).format(mod=mod, obj=obj, doc=doc)
-        if p not in seen:
-            seen.add(p)
-            prompts.append(p)
-        i += 1
-    return prompts
-
-
-def _held(key: str, frac: float) -> bool:
-    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % 10000 < frac * 10000
-
-
 # ------------------------------------------------------------------------- generation
 def chat_ids(tok, prompt: str) -> list[int]:
     ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
@@ -122,34 +58,64 @@ def chat_ids(tok, prompt: str) -> list[int]:
     return list(ids)
 
 
-def generate_answers(target, tok, prompts, *, max_new, batch, deadline, device, eos_ids, pad_id):
-    """The target's greedy answers, in batches sorted by prompt length (left padding), until
-    ``deadline``. Returns [{"prompt": ids, "answer": ids (through the first eos)}]."""
+def generate_answers(target, encoded, *, max_new, batch, deadline, device, eos_ids, pad_id, window=4):
+    """The target's greedy answers to ``encoded`` (prompt ids) until ``deadline``, in the given
+    order: sorted by length (left padding) only within windows of ``window`` batches, so that a
+    cut keeps the order's front (held-out first, then the kinds as mixed). Returns
+    [(index into encoded, answer ids through the first eos)]."""
     import torch
 
-    encoded = sorted((chat_ids(tok, p) for p in prompts), key=len)
     out = []
-    for k in range(0, len(encoded), batch):
-        if time.time() > deadline:
-            break
-        chunk = encoded[k:k + batch]
-        width = max(len(c) for c in chunk)
-        x = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        m = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, c in enumerate(chunk):
-            x[r, width - len(c):] = torch.tensor(c)
-            m[r, width - len(c):] = 1
-        with torch.no_grad():
-            g = target.generate(input_ids=x.to(device), attention_mask=m.to(device), max_new_tokens=max_new,
-                                do_sample=False, pad_token_id=pad_id, eos_token_id=eos_ids)
-        for r, c in enumerate(chunk):
-            ans = []
-            for t in g[r, width:].tolist():
-                ans.append(t)
-                if t in eos_ids:
-                    break
-            out.append({"prompt": c, "answer": ans})
+    for w in range(0, len(encoded), window * batch):
+        order = sorted(range(w, min(w + window * batch, len(encoded))), key=lambda i: len(encoded[i]))
+        for k in range(0, len(order), batch):
+            if time.time() > deadline:
+                return out
+            chunk = order[k:k + batch]
+            width = max(len(encoded[i]) for i in chunk)
+            x = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            m = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                x[r, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                m[r, width - len(encoded[i]):] = 1
+            with torch.no_grad():
+                g = target.generate(input_ids=x.to(device), attention_mask=m.to(device), max_new_tokens=max_new,
+                                    do_sample=False, pad_token_id=pad_id, eos_token_id=eos_ids)
+            for r, i in enumerate(chunk):
+                ans = []
+                for t in g[r, width:].tolist():
+                    ans.append(t)
+                    if t in eos_ids:
+                        break
+                out.append((i, ans))
     return out
+
+
+def held_prompts(prompts, frac):
+    """Held-out flags, by hash of the text, with at least one per kind that has three prompts or more."""
+    held = [mt._held_out(text, frac) for _, text in prompts]
+    for kind in {k for k, _ in prompts}:
+        idx = [i for i, (k, _) in enumerate(prompts) if k == kind]
+        if len(idx) >= 3 and not any(held[i] for i in idx):
+            held[idx[-1]] = True
+    return held
+
+
+def round_robin(rows, n):
+    """Up to n rows, taking the kinds in turn (each kind's rows in their order)."""
+    by_kind = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], []).append(r)
+    out, queues = [], [by_kind[k] for k in hp.KINDS if k in by_kind]
+    while len(out) < n and any(queues):
+        for q in queues:
+            if q and len(out) < n:
+                out.append(q.pop(0))
+    return out
+
+
+def by_kind(rows):
+    return {k: c for k in hp.KINDS if (c := sum(1 for r in rows if r["kind"] == k))}
 
 
 # --------------------------------------------------------------------------- batches
@@ -188,8 +154,16 @@ def main(argv=None):
     ap.add_argument("target", help="Hugging Face Llama folder (config, weights, tokenizer with a chat template)")
     ap.add_argument("out")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--minutes", type=float, default=4.0, help="training budget")
-    ap.add_argument("--gen-minutes", type=float, default=1.5, help="budget for the target's greedy answers")
+    ap.add_argument("--minutes", type=float, default=4.0, help="training budget of this call")
+    ap.add_argument("--total-minutes", type=float, default=None,
+                    help="training budget over all calls, which the lr schedule spans (default: --minutes on a "
+                         "fresh start, the checkpoint's on --resume)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT's checkpoint and cached answers (weights, optimizer, step, schedule)")
+    ap.add_argument("--prompt-mix", default=hp.DEFAULT_MIX,
+                    help=f"kind=weight,... over {', '.join(hp.KINDS)} (default: even)")
+    ap.add_argument("--gen-minutes", type=float, default=1.5,
+                    help="budget for the target's greedy answers (on --resume: to answer prompts not yet answered)")
     ap.add_argument("--num-prompts", type=int, default=4096)
     ap.add_argument("--max-new", type=int, default=320, help="answer tokens per prompt")
     ap.add_argument("--gen-batch", type=int, default=256)
@@ -205,10 +179,24 @@ def main(argv=None):
     ap.add_argument("--feat-noise", type=float, default=0.1, help="uniform +- noise on the features fed to the draft")
     ap.add_argument("--draft-inter", type=int, default=None, help="draft MLP width (default: the target's)")
     ap.add_argument("--chain-steps", type=int, default=5)
-    ap.add_argument("--eval-seqs", type=int, default=48, help="held-out answers for the chained simulation")
+    ap.add_argument("--eval-seqs", type=int, default=72, help="held-out answers evaluated, the kinds in turn")
     ap.add_argument("--max-files", type=int, default=None, help="stdlib files read for prompts (smoke tests)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    out = os.path.abspath(a.out)
+    state = None
+    if a.resume:
+        state = hc.load_state(out)
+        if state is None:
+            ap.error(f"--resume: no checkpoint in {out} ({hc.STATE})")
+        clash = hc.merge_settings(a, ap, state["settings"])
+        if clash:
+            ap.error("--resume keeps the checkpoint's data and training settings: " + "; ".join(clash))
+    try:
+        mix = hp.parse_mix(a.prompt_mix)
+    except ValueError as exc:
+        ap.error(f"--prompt-mix: {exc}")
+    total_minutes = a.total_minutes or (state["total_minutes"] if state else a.minutes)
 
     import torch
     import torch.nn.functional as F
@@ -223,7 +211,6 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True
     amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=on_gpu)
     walls = {}
-    out = os.path.abspath(a.out)
     ddir = os.path.join(out, "draft")
     os.makedirs(ddir, exist_ok=True)
 
@@ -247,27 +234,36 @@ def main(argv=None):
     log(f"target {a.target}: {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M params, "
         f"vocab {tcfg.vocab_size}, eos {eos_ids}")
 
-    # ---- data: prompts from stdlib docstrings, answered greedily by the target
+    # ---- data: prompts of every kind, answered greedily by the target; cached in OUT for later calls
     t0 = time.time()
-    prompts = make_prompts(a.num_prompts, a.seed, a.max_files)
-    held_prompts = [p for p in prompts if _held(p, a.heldout_frac)]
-    train_prompts = [p for p in prompts if not _held(p, a.heldout_frac)]
-    if not held_prompts:
-        held_prompts, train_prompts = train_prompts[-1:], train_prompts[:-1]
-    # held-out first: the evaluation must have its answers even when the budget cuts generation
-    ordered = held_prompts[: a.eval_seqs] + train_prompts
-    gen_batch = a.gen_batch
-    with amp:
-        answers = generate_answers(target, tok, ordered, max_new=a.max_new, batch=gen_batch,
+    if not a.resume and os.path.exists(os.path.join(out, hc.ANSWERS)):
+        os.remove(os.path.join(out, hc.ANSWERS))        # a fresh start does not train on an older run's answers
+    cached = hc.load_answers(out)
+    prompts_by_kind = state["data"]["prompts_by_kind"] if state else {}
+    new_rows = []
+    if a.gen_minutes > 0:
+        prompts = hp.make_prompts(a.num_prompts, a.seed, mix, a.max_files)
+        prompts_by_kind = by_kind([{"kind": k} for k, _ in prompts])
+        done = {r["text"] for r in cached}
+        rows = [{"kind": k, "text": t, "held": h} for (k, t), h in zip(prompts, held_prompts(prompts, a.heldout_frac))
+                if t not in done]
+        # the held-out answers the evaluation takes come first: it has them even when the budget cuts
+        want_held = max(0, a.eval_seqs - sum(r["held"] for r in cached))
+        ordered = round_robin([r for r in rows if r["held"]], want_held) + [r for r in rows if not r["held"]]
+        encoded = [chat_ids(tok, r["text"]) for r in ordered]
+        with amp:
+            got = generate_answers(target, encoded, max_new=a.max_new, batch=a.gen_batch,
                                    deadline=t0 + 60 * a.gen_minutes, device=dev, eos_ids=eos_ids, pad_id=pad_id)
-    held_set = {tuple(chat_ids(tok, p)) for p in held_prompts[: a.eval_seqs]}
-    held = [r for r in answers if tuple(r["prompt"]) in held_set]
-    train = [r for r in answers if tuple(r["prompt"]) not in held_set]
+        new_rows = [{**ordered[i], "prompt": encoded[i], "answer": ans} for i, ans in got]
+        hc.append_answers(out, new_rows)
+    answers = cached + new_rows
+    held = round_robin([r for r in answers if r["held"]], a.eval_seqs)
+    train = [r for r in answers if not r["held"]]
     walls["generate_s"] = time.time() - t0
     ans_lens = [len(r["answer"]) for r in answers]
     n_eos = sum(1 for r in answers if r["answer"] and r["answer"][-1] in eos_ids)
-    log(f"generated {len(answers)} answers ({len(train)} train, {len(held)} held-out) of "
-        f"{len(ordered)} prompts in {walls['generate_s']:.0f}s; mean {sum(ans_lens) / max(1, len(ans_lens)):.0f} "
+    log(f"{len(new_rows)} answers generated in {walls['generate_s']:.0f}s, {len(cached)} cached; {len(train)} train, "
+        f"{len(held)} held-out; by kind {by_kind(answers)}; mean {sum(ans_lens) / max(1, len(ans_lens)):.0f} "
         f"tokens, {n_eos} ended with eos")
     if not train:
         sys.exit("no training answers were generated in the budget")
@@ -296,7 +292,7 @@ def main(argv=None):
             logits = head(h)
         return h.float(), logits.float()
 
-    feat_std = None
+    feat_std = feat_max = None
     rng = random.Random(a.seed)
     gen = torch.Generator().manual_seed(a.seed)
     tf_windows = mt.batches(tf_tok, a.batch, min(a.seq, max(8, tf_tok.numel() - 2)), gen, dev) \
@@ -311,14 +307,28 @@ def main(argv=None):
         return x.to(dev), lens.to(dev), "gen"
 
     opt = torch.optim.AdamW(draft.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0, fused=on_gpu)
+    step, trained_before, curve, kinds, calls = 0, 0.0, [], {"tf": 0, "gen": 0}, []
+    if state:
+        draft.load_state_dict(state["draft"])
+        opt.load_state_dict(state["opt"])
+        rng.setstate(state["rng"])
+        gen.set_state(state["gen"])
+        step, trained_before, curve, kinds, calls = (state[k] for k in ("step", "trained_s", "curve", "kinds", "calls"))
+        feat_std, feat_max = state["feature_std"], state["feature_absmax"]
+    opt_step_at_start = max((int(s["step"]) for s in opt.state.values()), default=0)
+    steps_before = step
+    budget, total = 60 * a.minutes, 60 * total_minutes
+    schedule_start = min(1.0, trained_before / total)
+    log(f"training from step {step}, schedule at {schedule_start:.3f} of {total_minutes} min, this call {a.minutes} min")
     t0 = time.time()
-    budget = 60 * a.minutes
-    step, curve, kinds = 0, [], {"tf": 0, "gen": 0}
     draft.train()
     reg = cls = torch.zeros(())
-    while (elapsed := time.time() - t0) < budget or step == 0:
+    while True:
+        elapsed = time.time() - t0
+        if (elapsed >= budget or trained_before + elapsed >= total) and step > 0:
+            break
         for group in opt.param_groups:
-            group["lr"] = mt.lr_at(min(1.0, elapsed / budget), a.lr, warm=a.warmup)
+            group["lr"] = mt.lr_at(min(1.0, (trained_before + elapsed) / total), a.lr, warm=a.warmup)
         x, lens, kind = next_batch()
         kinds[kind] += 1
         h, logits = target_feats(x)
@@ -343,20 +353,31 @@ def main(argv=None):
         loss = a.w_reg * reg + a.w_cls * cls
         mt.optimizer_step(opt, list(draft.parameters()), loss)
         step += 1
-        if step % 50 == 0 or step <= 2:
-            curve.append((step, round(time.time() - t0, 1), round(reg.item(), 4), round(cls.item(), 4)))
+        if step % 50 == 0 or step <= 2 or step == steps_before + 1:
+            curve.append((step, round(trained_before + time.time() - t0, 1), round(reg.item(), 4), round(cls.item(), 4)))
             if step % 250 == 0 or step <= 2:
                 log(f"step {step} ({kind}) reg {reg.item():.4f} cls {cls.item():.3f} lr {opt.param_groups[0]['lr']:.2e}")
     if on_gpu:
         torch.cuda.synchronize()
     walls["train_s"] = time.time() - t0
-    log(f"trained {step} steps in {walls['train_s']:.0f}s ({kinds['gen']} answer batches, {kinds['tf']} text batches); "
-        f"reg {reg.item():.4f} cls {cls.item():.3f}")
+    trained_s = trained_before + walls["train_s"]
+    calls = calls + [{"steps": step - steps_before, "train_s": round(walls["train_s"], 1),
+                      "answers_generated": len(new_rows)}]
+    log(f"trained {step - steps_before} steps in {walls['train_s']:.0f}s ({step} in all: {kinds['gen']} answer batches, "
+        f"{kinds['tf']} text batches); reg {reg.item():.4f} cls {cls.item():.3f}")
+    ckpt = hc.save_state(out, {
+        "draft": {k: v.detach().cpu() for k, v in draft.state_dict().items()}, "opt": opt.state_dict(),
+        "rng": rng.getstate(), "gen": gen.get_state(), "step": step, "trained_s": trained_s,
+        "total_minutes": total_minutes, "curve": curve, "kinds": kinds, "calls": calls,
+        "feature_std": feat_std, "feature_absmax": feat_max, "data": {"prompts_by_kind": prompts_by_kind},
+        "settings": {k: getattr(a, k) for k in hc.RESUMED_SETTINGS}})
+    log(f"checkpoint {ckpt}")
 
     # ---- evaluation on held-out answers
     t0 = time.time()
     draft.eval()
     agree = top4 = count = 0
+    per_kind = {}
     chains = []
     with torch.no_grad():
         for r in held:
@@ -370,7 +391,11 @@ def main(argv=None):
             p0 = len(r["prompt"]) - 1          # positions predicting answer tokens
             want = logits[:, 1:].argmax(-1)[:, p0:]
             got = dl[:, p0:]
-            agree += (got.argmax(-1) == want).sum().item()
+            hits = (got.argmax(-1) == want).sum().item()
+            agree += hits
+            k = per_kind.setdefault(r["kind"], [0, 0])
+            k[0] += hits
+            k[1] += want.numel()
             top4 += (got.topk(4, -1).indices == want[..., None]).any(-1).sum().item()
             count += want.numel()
             if len(seq) > len(r["prompt"]) + a.chain_steps + 2:
@@ -381,8 +406,10 @@ def main(argv=None):
     walls["eval_s"] = time.time() - t0
     agree_top1 = agree / count if count else None
     agree_top4 = top4 / count if count else None
+    top1_by_kind = {k: round(h / c, 4) for k, (h, c) in per_kind.items() if c}
     log(f"held-out answers ({len(held)}): teacher-forced top1 {agree_top1}, top4 {agree_top4}; "
-        f"chained {a.chain_steps}-step mean accepted {mean_acc} (+1 bonus token in SGLang's accept length)")
+        f"chained {a.chain_steps}-step mean accepted {mean_acc} (+1 bonus token in SGLang's accept length); "
+        f"top1 by kind {top1_by_kind}")
 
     # ---- save: the keys SGLang's LlamaForCausalLMEagle loads, bf16, untied config, tokenizer
     t0 = time.time()
@@ -398,17 +425,25 @@ def main(argv=None):
     record = {
         "target": os.path.abspath(a.target),
         "settings": {k: v for k, v in vars(a).items() if k not in ("target", "out")},
-        "data": {"prompts": len(prompts), "prompts_answered": len(answers), "train_answers": len(train),
+        "data": {"prompt_mix": mix, "prompts": sum(prompts_by_kind.values()), "prompts_by_kind": prompts_by_kind,
+                 "prompts_answered": len(answers), "answered_by_kind": by_kind(answers),
+                 "train_by_kind": by_kind(train), "heldout_by_kind": by_kind(held),
+                 "answers_generated_this_call": len(new_rows), "answers_cached": len(cached),
+                 "train_answers": len(train),
                  "heldout_answers": len(held), "answer_tokens_mean": sum(ans_lens) / max(1, len(ans_lens)),
                  "answers_ending_in_eos": n_eos, "train_tokens": sum(len(s) for s in train_seqs),
                  "teacher_forced_docs": len(corpus_docs), "teacher_forced_tokens": len(tf_stream),
-                 "prompt_source": "docstrings of the standard library of Python " + sys.version.split()[0],
+                 "prompt_source": "templates per kind filled from seeded numbers, slot lists and the standard "
+                                  "library of Python " + sys.version.split()[0] + " (head_prompts.py)",
                  "feature_std": feat_std, "feature_absmax": feat_max},
         "draft": {"params": n_draft, "intermediate_size": dcfg.intermediate_size, "keys": sorted(sd)},
-        "training": {"steps": step, "batches": kinds, "final_reg_loss": reg.item(), "final_cls_loss": cls.item(),
+        "training": {"steps": step, "steps_this_call": step - steps_before, "steps_before": steps_before,
+                     "optimizer_step_at_start": opt_step_at_start, "total_minutes": total_minutes,
+                     "trained_s": trained_s, "schedule_start": schedule_start,
+                     "schedule_end": min(1.0, trained_s / total), "calls": calls, "batches": kinds, "final_reg_loss": reg.item(), "final_cls_loss": cls.item(),
                      "loss_curve": curve},
         "eval": {"heldout_answers": len(held), "agreement_top1": agree_top1, "agreement_top4": agree_top4,
-                 "chain_steps": a.chain_steps, "chain_mean_accepted": mean_acc, "chain_positions": positions,
+                 "agreement_top1_by_kind": top1_by_kind, "chain_steps": a.chain_steps, "chain_mean_accepted": mean_acc, "chain_positions": positions,
                  "chain_step_rates": [c["step_rates"] for c in chains[:8]]},
         "sample_answer": sample[:2000],
         "wall_s": walls,

@@ -76,6 +76,40 @@ def test_part_a_then_b_rebuilds_and_runs_the_steps(checkout):
     assert rc == 0 and "models.smollm2 --cache-dir" in out and "train_eagle_head" not in out, out
 
 
+def test_part_b_resumed_continues_the_training_without_rebuilding(checkout):
+    rc, out = _call(checkout, "B", RESUME="2")
+    assert rc == 2 and "RESUME must be 0 or 1" in out
+    rc, out = _call(checkout, "B", TOTAL_MIN="ten")
+    assert rc == 2 and "TOTAL_MIN must be a number" in out
+    rc, out = _call(checkout, "B", TOTAL_MIN="2", HEAD_MIN="3")
+    assert rc == 2 and "at least this call's HEAD_MIN" in out
+    rc, out = _call(checkout, "B", RESUME="1", HEAD_MIN="6")
+    assert rc == 1 and "no checkpoint" in out and "went cold" in out     # no first PART=B on this machine
+    ckpt = checkout / "work" / "head" / "checkpoint" / "state.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    # no wheel rebuilt, nothing converted, nothing carried: the first call's target and checkpoint
+    rc, out = _call(checkout, "B", RESUME="1", HEAD_MIN="6.5")
+    assert rc == 0, out
+    assert "rebuilt" not in out and "models.smollm2" not in out and not (checkout / "stage").exists()
+    assert re.search(r"timeout 540 python3 scripts/device/train_eagle_head\.py \S+/work/target \S+/work/head "
+                     r"--minutes 6\.5 --gen-minutes 0 --resume$", out, re.M), out
+    rc, out = _call(checkout, "B", RESUME="1", HEAD_MIN="5", GEN_MIN="1", TOTAL_MIN="20")
+    assert rc == 0 and "--minutes 5 --gen-minutes 1 --total-minutes 20 --resume" in out, out
+    rc, out = _call(checkout, "B", RESUME="1", HEAD_MIN="6", GEN_MIN="1")
+    assert rc == 2 and "at most 6.5 minutes" in out                      # 600 s, less loading and saving
+
+
+def test_part_b_first_call_sets_the_schedule_over_all_calls(checkout):
+    assert _call(checkout, "A")[0] == 0
+    rc, out = _call(checkout, "B", TOTAL_MIN="16.5")
+    assert rc == 0, out
+    assert re.search(r"timeout 450 python3 \S+train_eagle_head\.py \S+ \S+ --minutes 3\.5 --gen-minutes 1\.5 "
+                     r"--total-minutes 16\.5$", out, re.M), out
+    rc, out = _call(checkout, "B")                                      # unset: one call's schedule, as before
+    assert rc == 0 and re.search(r"--gen-minutes 1\.5$", out, re.M) and "--resume" not in out, out
+
+
 def test_altered_part_is_refused(checkout):
     part = checkout / "repo" / ".devstage" / "smollm2" / f"{WHEEL}.part0"
     part.write_bytes(b"first halF ")

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "device" / "train_eagle_head.py"
 TESTBED_TARGET = ROOT / "sglang_eagle_paged" / "testbed" / "target"
+sys.path.insert(0, str(SCRIPT.parent))
 
 # What SGLang 0.5.12.post1's LlamaForCausalLMEagle (sglang/srt/models/llama_eagle.py) loads for a
 # one-layer draft: load_weights drops names containing "lm_head" and prefixes the rest with
@@ -49,18 +50,36 @@ def tiny_target(tmp_path_factory):
     return out
 
 
+def _train(target, out, *extra, timeout=170):
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), str(target), str(out), "--device", "cpu", "--max-new", "12", "--gen-batch", "6",
+         "--corpus-mb", "0.05", "--eval-seqs", "30", "--chain-steps", "3", *extra],
+        capture_output=True, text=True, timeout=timeout, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                                                              "HOME": str(out)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+# the settings a resumed call must take from the checkpoint (none given again)
+FIRST = ("--minutes", "0.08", "--total-minutes", "0.2", "--gen-minutes", "0.5", "--num-prompts", "27",
+         "--seq", "64", "--batch", "4", "--heldout-frac", "0.2", "--max-files", "12")
+
+
 @pytest.fixture(scope="module")
 def trained(tiny_target, tmp_path_factory):
     out = tmp_path_factory.mktemp("head")
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tiny_target), str(out), "--device", "cpu", "--minutes", "0.08",
-         "--gen-minutes", "0.5", "--num-prompts", "12", "--max-new", "12", "--gen-batch", "6", "--seq", "64",
-         "--batch", "4", "--corpus-mb", "0.05", "--eval-seqs", "3", "--heldout-frac", "0.2", "--max-files", "12",
-         "--chain-steps", "3"],
-        capture_output=True, text=True, timeout=170, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                                                          "HOME": str(out)})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return out, r.stdout
+    stdout = _train(tiny_target, out, *FIRST)
+    return out, stdout
+
+
+@pytest.fixture(scope="module")
+def resumed(trained, tiny_target, tmp_path_factory):
+    """A second call on a copy of the first's OUT: no generation, training continued."""
+    first, _ = trained
+    out = tmp_path_factory.mktemp("resumed") / "head"
+    shutil.copytree(first, out)
+    stdout = _train(tiny_target, out, "--resume", "--minutes", "0.05", "--gen-minutes", "0")
+    return out, stdout
 
 
 def test_draft_folder_loads_like_sglang(trained, tiny_target):
@@ -114,14 +133,64 @@ def test_record_says_what_was_trained(trained):
     assert "trained" in stdout
 
 
-def test_prompts_come_from_stdlib_not_mtbench():
-    sys.path.insert(0, str(SCRIPT.parent))
-    import train_eagle_head as teh
+def test_record_counts_the_prompt_kinds_and_evaluates_each(trained):
+    import head_prompts as hp
 
-    prompts = teh.make_prompts(40, seed=1, max_files=30)
-    assert len(prompts) == 40 and len(set(prompts)) == 40
-    assert all("`" in p or "\n\n" in p for p in prompts)   # each names a module or quotes a docstring
-    assert teh.make_prompts(40, seed=1, max_files=30) == prompts   # reproducible
+    out, _ = trained
+    rec = json.loads((out / "train_record.json").read_text())
+    d, e = rec["data"], rec["eval"]
+    assert d["prompt_mix"] == {k: 1.0 for k in hp.KINDS}
+    assert d["prompts_by_kind"] == {k: 3 for k in hp.KINDS}           # 27 prompts, even over the nine kinds
+    assert sum(d["answered_by_kind"].values()) == d["prompts_answered"] == d["answers_generated_this_call"]
+    assert set(d["answered_by_kind"]) == set(hp.KINDS)                # 0.5 min answers them all on the CPU
+    for k in hp.KINDS:
+        assert d["train_by_kind"].get(k, 0) + d["heldout_by_kind"].get(k, 0) == d["answered_by_kind"][k], k
+    # at least one held out per kind (three prompts each), evaluated kind by kind
+    assert set(d["heldout_by_kind"]) == set(hp.KINDS) and sum(d["heldout_by_kind"].values()) == d["heldout_answers"]
+    cached = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    assert len(cached) == d["prompts_answered"] and all(r["answer"] and r["prompt"] for r in cached)
+    # every held-out answer is evaluated (--eval-seqs is above their number) where --seq 64 leaves
+    # two answer tokens after its prompt
+    scored = {r["kind"] for r in cached if r["held"] and min(64, len(r["prompt"]) + len(r["answer"])) >= len(
+        r["prompt"]) + 2}
+    assert len(scored) >= 5 and set(e["agreement_top1_by_kind"]) == scored, (scored, e["agreement_top1_by_kind"])
+    assert all(0.0 <= v <= 1.0 for v in e["agreement_top1_by_kind"].values())
+
+
+def test_resume_continues_steps_optimizer_and_schedule(trained, resumed):
+    import torch
+
+    first = json.loads((trained[0] / "train_record.json").read_text())
+    out, stdout = resumed
+    rec = json.loads((out / "train_record.json").read_text())
+    t0, t1 = first["training"], rec["training"]
+    assert t1["steps_before"] == t0["steps"] and t1["steps_this_call"] >= 1
+    assert t1["steps"] == t0["steps"] + t1["steps_this_call"]
+    assert t1["optimizer_step_at_start"] == t0["steps"]               # AdamW's own counter came back
+    assert t1["total_minutes"] == 0.2                                 # the checkpoint's, not --minutes
+    assert t1["schedule_start"] == pytest.approx(t0["schedule_end"]) and t0["schedule_end"] < 1.0
+    assert t1["schedule_end"] > t1["schedule_start"]
+    assert sum(t1["batches"].values()) == t1["steps"]
+    assert [c["steps"] for c in t1["calls"]] == [t0["steps"], t1["steps_this_call"]]
+    assert t1["loss_curve"][: len(t0["loss_curve"])] == [list(p) for p in t0["loss_curve"]]
+    # the answers came from the cache; the data settings from the checkpoint
+    assert rec["data"]["answers_generated_this_call"] == 0
+    assert rec["data"]["answered_by_kind"] == first["data"]["answered_by_kind"]
+    assert rec["settings"]["num_prompts"] == 27 and rec["settings"]["seq"] == 64
+    state = torch.load(out / "checkpoint" / "state.pt", weights_only=False)
+    assert state["step"] == t1["steps"]
+    assert {int(s["step"]) for s in state["opt"]["state"].values()} == {t1["steps"]}
+    before = torch.load(trained[0] / "checkpoint" / "state.pt", weights_only=False)
+    assert any(not torch.equal(before["draft"][k], state["draft"][k]) for k in state["draft"])
+
+
+def test_resume_refuses_other_data_settings_and_a_missing_checkpoint(trained, tiny_target, tmp_path):
+    r = subprocess.run([sys.executable, str(SCRIPT), str(tiny_target), str(trained[0]), "--resume", "--seq", "128"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--seq 128 (the checkpoint's: 64)" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, str(SCRIPT), str(tiny_target), str(tmp_path), "--resume"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no checkpoint" in r.stderr, r.stderr[-2000:]
 
 
 # Run in a child process: SGLang's distributed state is process-wide. SGLang 0.5.23's own classes build
