@@ -1,21 +1,18 @@
 """KV slots a server needs to serve ``parallel`` requests at once without retracting any.
 
-SGLang (0.5.17 and 0.5.23, ``sglang/srt/mem_cache/allocation_sizing.py``) reserves for every running
-request, at every decode step, ``get_alloc_reserve_per_decode()`` slots beyond what the request has
-committed, rounded up to whole pages (``page_aligned_decode_alloc_lens``). When the pool cannot hold
-that for the whole batch, its scheduler retracts requests ("KV cache pool is full. Retract requests.")
-and serves them again later: the throughput then measures the pool, not the path. At page > 1 and
-topk > 1 the reserve is whole pages per draft branch (topk 8, 5 steps, 64 draft tokens: 128 slots at
-page 1, 2,048 at page 64, 4,096 at page 128), so a pool that holds page 1's batch can retract at page 64.
-
-The reserve's formula is SGLang's, written out because the harness sizes the pool before any server
-runs and beside a 0.5.17 whose function reads a running server's arguments;
-``tests/bench/test_kv_sizing.py`` pins it to the installed SGLang's own function.
+SGLang reserves for every running request, at every decode step, ``get_alloc_reserve_per_decode()``
+slots beyond what the request has committed (:mod:`sglang_eagle_paged.kv_reserve`), rounded up to whole
+pages (``page_aligned_decode_alloc_lens``). When the pool cannot hold that for the whole batch, its
+scheduler retracts requests ("KV cache pool is full. Retract requests.") and serves them again later:
+the throughput then measures the pool, not the path. A pool that holds page 1's batch can retract at
+page 64 (topk 8: 2,048 slots reserved per request against 128).
 """
 
 from __future__ import annotations
 
 import math
+
+from .. import kv_reserve
 
 # Tokens a chat template or the server may add around a prompt (BOS, role markers of the last
 # message): the plain-text bound below counts the message text itself.
@@ -26,16 +23,10 @@ ANSWER_SLACK = 16
 
 
 def reserve_per_decode(cfg) -> int:
-    """SGLang's ``get_alloc_reserve_per_decode()`` for a :class:`.e2e.RunConfig` (speculative algorithms
-    with a draft KV cache: EAGLE, EAGLE3, STANDALONE; none: one slot, doubled)."""
-    if cfg.algorithm is None:
-        return 2
-    steps, topk, page = cfg.steps or 1, cfg.topk or 1, cfg.page_size
-    if page == 1 or topk == 1:
-        per_step = max(steps * topk, cfg.num_draft_tokens)
-    else:  # every branch's draft tokens in pages of their own, from a partly filled last page
-        per_step = max(((page - 1) + steps + page - 1) // page * page * topk, cfg.num_draft_tokens)
-    return 2 * per_step
+    """SGLang's ``get_alloc_reserve_per_decode()`` for a :class:`.e2e.RunConfig`
+    (:mod:`sglang_eagle_paged.kv_reserve`)."""
+    return kv_reserve.reserve_per_decode(cfg.page_size, cfg.topk, cfg.steps, cfg.num_draft_tokens,
+                                         speculative=cfg.algorithm is not None)
 
 
 def slots_per_request(cfg, prompt_tokens: int, max_new: int) -> int:

@@ -17,7 +17,7 @@ prefix tail is empty (it copies nothing) therefore compiles everything serving l
 import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
-from . import alloc_warm_up, backends, duplicate, move_warm_up, pools
+from . import alloc_warm_up, backends, duplicate, kv_reserve_note, move_warm_up, pools
 
 _WARM_ATTR = "_eagle_paged_v2_warm"
 
@@ -65,4 +65,5 @@ def after_hook(result, worker, *args, **kwargs):
         duplicate.switch_off(f"warm-up: {type(exc).__name__}: {exc}")
     move_warm_up.warm_up_worker(worker)  # SGLang's post-verify KV move; an optimisation that logs its own failure
     alloc_warm_up.warm_up_worker(worker)  # SGLang's paged KV-slot allocation; the same
+    kv_reserve_note.note(worker)  # what this pool holds of SGLang's per-request reserve: one line
     return result

@@ -1,0 +1,26 @@
+"""The KV slots SGLang's v2 worker keeps free for every running request at each decode step.
+
+SGLang's ``get_alloc_reserve_per_decode`` (``mem_cache/common.py`` in 0.5.13.post1 and 0.5.15.post1,
+``mem_cache/allocation_sizing.py`` from 0.5.17; the same formula through 0.5.23): twice one decode
+step's allocation, which at page > 1 and topk > 1 is whole pages for every draft branch, from a
+partly filled last page. At topk 8, 5 steps and 64 draft tokens: 128 slots at page 1, 2,048 at
+page 64, 4,096 at page 128. A pool that cannot hold it for every running request retracts requests.
+
+Written out, not called, because it is needed before a server runs (the benchmarks size their pools)
+and beside releases whose function reads a running server's arguments; ``tests/bench/test_kv_sizing.py``
+pins it to SGLang's own function (0.5.23 run, the other releases read from their wheels).
+"""
+
+
+def reserve_per_decode(page_size: int, topk: int | None, steps: int | None, draft_tokens: int | None,
+                       speculative: bool = True) -> int:
+    """SGLang's ``get_alloc_reserve_per_decode()`` for a speculative algorithm with a draft KV cache
+    (EAGLE, EAGLE3, STANDALONE), or without speculation."""
+    if not speculative:
+        return 2
+    steps, topk = steps or 1, topk or 1
+    if page_size == 1 or topk == 1:
+        per_step = max(steps * topk, draft_tokens or 0)
+    else:  # every branch's draft tokens in pages of their own, from a partly filled last page
+        per_step = max(((page_size - 1) + steps + page_size - 1) // page_size * page_size * topk, draft_tokens or 0)
+    return 2 * per_step
