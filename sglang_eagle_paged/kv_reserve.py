@@ -24,3 +24,9 @@ def reserve_per_decode(page_size: int, topk: int | None, steps: int | None, draf
     else:  # every branch's draft tokens in pages of their own, from a partly filled last page
         per_step = max(((page_size - 1) + steps + page_size - 1) // page_size * page_size * topk, draft_tokens or 0)
     return 2 * per_step
+
+
+def slots_per_request(page_size: int, context_tokens: int, reserve: int) -> int:
+    """Whole pages holding a request's longest context and its last decode step's reserve (SGLang
+    allocates a request's slots page by page: ``page_aligned_decode_alloc_lens``)."""
+    return -(-(context_tokens + reserve) // page_size) * page_size

@@ -31,8 +31,7 @@ def reserve_per_decode(cfg) -> int:
 
 def slots_per_request(cfg, prompt_tokens: int, max_new: int) -> int:
     """Whole pages that hold a request's longest context and its last decode step's reserve."""
-    need = prompt_tokens + max_new + reserve_per_decode(cfg)
-    return -(-need // cfg.page_size) * cfg.page_size
+    return kv_reserve.slots_per_request(cfg.page_size, prompt_tokens + max_new, reserve_per_decode(cfg))
 
 
 def pool_tokens(cfgs, parallel: int, prompt_tokens: int, max_new: int) -> int:

@@ -16,6 +16,8 @@ SUBCOMMANDS = {
                                                   "(needs the bench extra)"),
     "serve-default": ("sglang_eagle_paged.bench.default_run", "launch SGLang on the embedded model pair (GPU, from a "
                                                               "checkout) and benchmark it"),
+    "kv-size": ("sglang_eagle_paged.tools.kv_size", "the KV pool a server needs for its running requests at "
+                                                    "each page size (SGLang's per-request reserve)"),
     "patch": ("sglang_eagle_paged.tools.patching", "make an older SGLang release load this plugin"),
 }
 
