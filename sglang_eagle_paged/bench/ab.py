@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, log_end,
                   retractions_of, server_args, warmup_mixes)
-from . import cpu_pinning, triton_cache
+from . import cpu_pinning, kv_sizing, triton_cache
 from . import gc_stats
 from .mtbench import Client, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
@@ -554,7 +554,9 @@ def main(argv=None) -> int:
     add_workload_args(p, "each round also measures parallel 1 on this many")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--mem-fraction", type=float, default=0.4, help="per server: two share a GPU")
-    p.add_argument("--max-total-tokens", type=int, default=131072)
+    p.add_argument("--max-total-tokens", type=kv_sizing.pool_arg, default=131072,
+                   help="KV slots of every server, or auto: the pool in which every configuration of the pairs "
+                        "runs the batch without SGLang retracting requests (bench/kv_sizing.py)")
     p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
     p.add_argument("--settle-passes", type=int, default=1,
                    help="uncounted passes of the measured workload per side and parallelism before round 0")
@@ -570,8 +572,11 @@ def main(argv=None) -> int:
                    help="every server records its garbage collections; every counted pass keeps its share")
     a = p.parse_args(argv)
     configs = configs_of(a)
+    pairs = _parse_pairs(a.pairs, configs)
+    a.max_total_tokens = kv_sizing.pool_for(a, [c for pair in pairs for c in pair], a.questions, a.parallel, "ab",
+                                            a.tokenizer)
     try:
-        results = run_pairs(_parse_pairs(a.pairs, configs), target=a.target, draft=a.draft, out_dir=a.out,
+        results = run_pairs(pairs, target=a.target, draft=a.draft, out_dir=a.out,
                             rounds=a.rounds, num_questions=a.questions, parallel=a.parallel,
                             parallel1_questions=a.parallel1_questions, max_new_tokens=a.max_new,
                             ignore_eos=a.ignore_eos, warmup=a.warmup, max_total_tokens=a.max_total_tokens,

@@ -62,3 +62,27 @@ def longest_prompt(questions, max_new: int, tokenizer: str | None = None) -> tup
     how = (f"{tokenizer}'s chat template" if builder.tokenizer is not None
            else "plain prompt, one token per UTF-8 byte")
     return longest, how
+
+
+def pool_arg(value: str):
+    """``--max-total-tokens``: KV slots per server, or ``auto`` (:func:`pool_for`)."""
+    return value if value == "auto" else int(value)
+
+
+def pool_for(a, cfgs, conversations: int, parallel: int, tag: str, tokenizer: str | None) -> int:
+    """The command line's ``--max-total-tokens``; with ``auto``, the pool in which every configuration
+    of ``cfgs`` runs ``parallel`` requests of this workload without retraction, bounded over the ``conversations`` measured and the warm-up's as the client sends them (with
+    ``tokenizer``'s chat template, or plain text), and printed."""
+    if a.max_total_tokens != "auto":
+        return a.max_total_tokens
+    from .e2e import _warmup_questions  # e2e's runners take the pool this returns: imported here
+    from .mtbench import load_questions, sized
+
+    every = load_questions(a.question_file, None)
+    sent = sized(every, conversations) + _warmup_questions(every, a.warmup)
+    prompt, how = longest_prompt(sent, a.max_new, tokenizer)
+    tokens = pool_tokens(cfgs, parallel, prompt, a.max_new)
+    print(f"[{tag}] --max-total-tokens auto: {tokens} = parallel {parallel} x (reserve + longest prompt {prompt} "
+          f"tokens ({how}) + max_new {a.max_new}), in whole pages, the largest need of "
+          f"{', '.join(c.name for c in cfgs)}", flush=True)
+    return tokens

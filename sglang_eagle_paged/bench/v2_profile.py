@@ -23,7 +23,7 @@ from pathlib import Path
 from . import profile, pyspy, round_profile, v2_sets
 from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
 from .mtbench import load_questions, run_benchmark
-from .v2_run import kv_pool
+from .kv_sizing import pool_for
 
 # The round-marks probe's variable (scripts/device/probes/round_marks.py)
 MARKS_ENV = "SGLANG_EAGLE_PAGED_ROUND_MARKS"
@@ -113,7 +113,7 @@ def run(a, prepare) -> int:
     caps, and the round marks' probe when asked."""
     cfgs = [prepare(c) for c in v2_sets.configs(a.set, a.only)]
     # the load's prompts go as plain text (measure sends no chat template)
-    pool = kv_pool(a, cfgs, a.load_questions, a.parallel, "v2 profile", None)
+    pool = pool_for(a, cfgs, a.load_questions, a.parallel, "v2 profile", None)
     out = Path(a.out)
     record_path = out / "profile.json"
     records = json.loads(record_path.read_text()) if record_path.exists() else {}

@@ -25,8 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import kv_sizing, v2_sets
-from .e2e import _warmup_questions, add_workload_args, run_configs
-from .mtbench import load_questions, sized
+from .e2e import add_workload_args, run_configs
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -44,28 +43,6 @@ def with_probe(cfgs: list, probe_dir: str, env_of) -> list:
 def sized_for(cfg, a):
     """``cfg`` with the command line's CUDA-graph batch and running-request cap."""
     return replace(cfg, cuda_graph_max_bs=a.cuda_graph_max_bs, max_running_requests=a.max_running_requests)
-
-
-def pool_arg(value: str):
-    """``--max-total-tokens``: KV slots per server, or ``auto`` (:func:`kv_pool`)."""
-    return value if value == "auto" else int(value)
-
-
-def kv_pool(a, cfgs, conversations: int, parallel: int, tag: str, tokenizer: str | None) -> int:
-    """The command line's ``--max-total-tokens``; with ``auto``, the pool in which every configuration
-    of ``cfgs`` runs ``parallel`` requests of this workload without retraction (:mod:`.kv_sizing`),
-    bounded over the ``conversations`` measured and the warm-up's as the client sends them (with
-    ``tokenizer``'s chat template, or plain text), and printed."""
-    if a.max_total_tokens != "auto":
-        return a.max_total_tokens
-    every = load_questions(a.question_file, None)
-    sent = sized(every, conversations) + _warmup_questions(every, a.warmup)
-    prompt, how = kv_sizing.longest_prompt(sent, a.max_new, tokenizer)
-    tokens = kv_sizing.pool_tokens(cfgs, parallel, prompt, a.max_new)
-    print(f"[{tag}] --max-total-tokens auto: {tokens} = parallel {parallel} x (reserve + longest prompt {prompt} "
-          f"tokens ({how}) + max_new {a.max_new}), in whole pages, the largest need of "
-          f"{', '.join(c.name for c in cfgs)}", flush=True)
-    return tokens
 
 
 def pair_dir(out: Path, a, b) -> Path:
@@ -88,7 +65,7 @@ def sweep(a) -> int:
     out = Path(a.out)
     if a.probe_dir:
         cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
-    pool = kv_pool(a, cfgs, a.questions, a.parallel, "v2 sweep", a.tokenizer)
+    pool = kv_sizing.pool_for(a, cfgs, a.questions, a.parallel, "v2 sweep", a.tokenizer)
     if a.dry_run:
         for c in cfgs:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
@@ -116,7 +93,7 @@ def ab(a) -> int:
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
             continue
         # both sides get the pool of the larger need (bench.ab refuses unequal pools)
-        pool = kv_pool(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
+        pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
             print(f"[v2 ab] {pa.name}:{pb.name} -> {where} (target {a.target}, draft {a.draft}, "
                   f"chat template {a.tokenizer or 'none'}, KV pool {pool})")
@@ -155,7 +132,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--target", required=True)
         s.add_argument("--draft", required=True)
         s.add_argument("--out", required=True)
-        s.add_argument("--max-total-tokens", type=pool_arg, default=131072,
+        s.add_argument("--max-total-tokens", type=kv_sizing.pool_arg, default=131072,
                        help="KV slots per server, or 'auto': what the largest need of the configurations (of a "
                             "pair: both sides the same) takes to run --parallel requests without retraction")
         s.add_argument("--mem-fraction", type=float)

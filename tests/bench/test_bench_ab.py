@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sglang_eagle_paged.bench import ab, e2e
+from sglang_eagle_paged.bench import ab, e2e, kv_sizing
 from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 from test_e2e_runner import FakeServer
 
@@ -529,3 +529,24 @@ def test_retractions_during_counted_passes_make_the_verdict_kv_bound(monkeypatch
     assert (s1["retractions_A"], s1["retractions_B"]) == (0, 0) and not s1["verdict"].startswith("KV-bound")
     md = ab.markdown(res)
     assert "| KV-bound: A retracted 0, B 2 |" in md and "| 2 | 0 / 2 |" in md and "| 2 | 0 / 0 |" in md
+
+
+def test_main_sizes_the_pool_for_every_configuration_of_its_pairs(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def capture(pairs, **kw):
+        seen.update(kw, pairs=[(a.name, b.name) for a, b in pairs])
+        raise SystemExit(0)  # the runner is reached with the pool: all this test asks
+
+    monkeypatch.setattr(ab, "run_pairs", capture)
+    with pytest.raises(SystemExit):
+        ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--pairs", "on_p1:on_p64",
+                 "--parallel", "32", "--max-new", "64", "--max-total-tokens", "auto",
+                 "--question-file", str(_question_file(tmp_path))])
+    prompt = int(capsys.readouterr().out.split("longest prompt ")[1].split()[0])
+    assert seen["pairs"] == [("on_p1", "on_p64")]
+    p1, p64 = e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64)  # the large set's, as named
+    assert seen["max_total_tokens"] == kv_sizing.pool_tokens([p1, p64], 32, prompt, 64) > 32 * 2048
+    with pytest.raises(SystemExit):  # a number stays that number
+        ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--max-total-tokens", "90000"])
+    assert seen["max_total_tokens"] == 90000
