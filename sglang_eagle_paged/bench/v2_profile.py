@@ -40,7 +40,7 @@ def _summarize(trace: Path, out: Path, name: str, kind: str, steps: int) -> dict
 
 def measure(server, name: str, record: dict, a, out: Path, load, warmup) -> None:
     """Warm up, start the load, profile twice while it runs, wait for the load to end."""
-    bench_kw = dict(max_new_tokens=a.max_new, progress=False, ignore_eos=a.ignore_eos)
+    bench_kw = dict(max_new_tokens=a.max_new, progress=False, ignore_eos=a.ignore_eos, tokenizer=a.tokenizer)
     for mix, parallel in warmup_mixes(warmup, a.parallel):
         run_benchmark(server.base_url, mix, parallel=parallel, **bench_kw)
     result: dict = {}
@@ -112,8 +112,8 @@ def run(a, prepare) -> int:
     """``v2_run profile``: ``prepare(cfg)`` gives each configuration the command line's graph and running
     caps, and the round marks' probe when asked."""
     cfgs = [prepare(c) for c in v2_sets.configs(a.set, a.only)]
-    # the load's prompts go as plain text (measure sends no chat template)
-    pool = pool_for(a, cfgs, a.load_questions, a.parallel, "v2 profile", None)
+    # the load's prompts go as the client sends them: the chat template with --tokenizer, else plain text
+    pool = pool_for(a, cfgs, a.load_questions, a.parallel, "v2 profile", a.tokenizer)
     out = Path(a.out)
     record_path = out / "profile.json"
     records = json.loads(record_path.read_text()) if record_path.exists() else {}

@@ -222,7 +222,7 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
     record = {}
 
     def bench(base_url, questions, *, parallel, **kw):  # the load client (ours): the test's clock
-        calls.append((len(questions), parallel, kw["ignore_eos"]))
+        calls.append((len(questions), parallel, kw["ignore_eos"], kw["tokenizer"]))
         deadline = time.time() + 60
         while len(questions) == 5 and "stack" not in record.get("load_running_after", {}):
             assert time.time() < deadline  # the load runs until both profiles are taken
@@ -230,7 +230,8 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
         return {"summary": {"output_throughput": 123.0}}
 
     monkeypatch.setattr(v2_profile, "run_benchmark", bench)
-    a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0, py_spy=None)
+    a = Namespace(max_new=16, ignore_eos=True, parallel=4, settle_s=0.0, steps=2, capture_timeout=30.0, py_spy=None,
+                  tokenizer="TOK")
     load = [{"question_id": i} for i in range(5)]
     warmup = [{"question_id": f"w{i}"} for i in range(2)]
     try:
@@ -239,7 +240,8 @@ def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
         server.httpd.shutdown()
     assert [p["with_stack"] for p in server.payloads] == [False, True]
     assert all(p["num_steps"] == 2 and p["activities"] == ["CPU", "GPU"] for p in server.payloads)
-    assert calls[:2] == [(4, 4, True), (1, 3, True)] and calls[2] == (5, 4, True)  # warm-up mixes, then the load
+    # warm-up mixes, then the load; every prompt with the chat template asked for
+    assert calls[:2] == [(4, 4, True, "TOK"), (1, 3, True, "TOK")] and calls[2] == (5, 4, True, "TOK")
     assert record["summaries"] == {"nostack": "on_p64-nostack.json", "stack": "on_p64-stack.json"}
     assert record["load_running_after"] == {"nostack": True, "stack": True}
     assert record["load"] == {"output_throughput": 123.0} and "errors" not in record
