@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import parity
-from .e2e import load_recording, run_agreement
+from .e2e import load_recording, measured, run_agreement
 
 # (ours or fake, reference): outputs compared token by token, margins from the reference's top-2
 OUTPUT_PAIRS = [("on_p64", "off_p64"), ("on_p128", "off_p128"), ("on_p64_nooverlap", "off_p64_nooverlap"),
@@ -46,10 +46,6 @@ def sync_counts(sync_dir: Path) -> dict:
     return total
 
 
-def _ok(rec) -> bool:
-    return bool(rec) and not rec.get("error") and rec.get("summary") is not None
-
-
 def _retractions(rec: dict) -> str:
     n = rec.get("retractions")
     if n is None:  # not counted: a recording from before the count, or no server log
@@ -79,13 +75,13 @@ def report(out_dir) -> str:
               "| A | reference | compared | identical | divergences | on near-ties | margin max |",
               "|---|---|---|---|---|---|---|"]
     for a, b in OUTPUT_PAIRS:
-        if _ok(res.get(a)) and _ok(res.get(b)):
+        if measured(res.get(a)) and measured(res.get(b)):
             g = run_agreement(res[b], res[a])
             lines.append(f"| {a} | {b} | {g['compared']} | {g['exact']} | {len(g['divergences'])} | "
                          f"{g['near_ties']} | {g['margin_max'] if g['margin_max'] is not None else '-'} |")
     lines += ["", "## Acceptance (paired per question; band: 3% or the paired noise at family error 5%)", "",
               "| A | reference | A | reference | A/ref - 1 | band | questions |", "|---|---|---|---|---|---|---|"]
-    pairs = [(a, b) for a, b in ACCEPT_PAIRS if _ok(res.get(a)) and _ok(res.get(b))]
+    pairs = [(a, b) for a, b in ACCEPT_PAIRS if measured(res.get(a)) and measured(res.get(b))]
     for a, b in pairs:
         acc_a, acc_b = res[a]["summary"]["acceptance_length"], res[b]["summary"]["acceptance_length"]
         diffs = (parity.paired_diffs(res[a]["spec_counts"], res[b]["spec_counts"])

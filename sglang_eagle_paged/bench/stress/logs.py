@@ -112,7 +112,7 @@ def log_end(path) -> int | None:
 def retractions_since(path, offset: int | None) -> dict | None:
     """Retractions (``retract``: the scheduler's "KV cache pool is full" lines; ``retracted_reqs``: the
     requests they retracted) in the part of a server log written after byte ``offset``
-    (:func:`log_end` before the work), and that part's end; None where there is no log."""
+    (:func:`log_end` before the work); None where there is no log."""
     if offset is None:
         return None
     try:
@@ -122,4 +122,4 @@ def retractions_since(path, offset: int | None) -> dict | None:
     except OSError:
         return None
     scan = scan_log(data.decode(errors="replace"))
-    return {"retract": scan["retract"], "retracted_reqs": scan["retracted_reqs"], "end": offset + len(data)}
+    return {"retract": scan["retract"], "retracted_reqs": scan["retracted_reqs"]}
