@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import parity, triton_cache
+from . import kv_sizing, parity, triton_cache
 from .mtbench import load_questions, require_chat_template, run_benchmark
 from .server import ServerProcess, ServerStartError, eagle_server_args, mode_env, stop_all
 
@@ -677,7 +677,9 @@ def main(argv=None) -> int:
     add_workload_args(p, "also measure parallel 1 on this many")
     p.add_argument("--concurrency", type=int, default=1, help="servers started together")
     p.add_argument("--gpus", type=int, default=1, help="spread each group over this many GPUs, measured side by side")
-    p.add_argument("--max-total-tokens", type=int, default=131072)
+    p.add_argument("--max-total-tokens", type=kv_sizing.pool_arg, default=131072,
+                   help="KV slots of every server, or auto: the pool in which every configuration runs the "
+                        "batch without SGLang retracting requests (bench/kv_sizing.py)")
     p.add_argument("--mem-fraction", type=float, default=0.5)
     p.add_argument("--profile", default="", help="comma-separated names to profile after measuring")
     p.add_argument("--profile-no-stack", action="store_true",
@@ -693,6 +695,7 @@ def main(argv=None) -> int:
         wanted = a.only.split(",")
         configs = [c for c in configs if c.name in wanted]
     out = Path(a.out)
+    a.max_total_tokens = kv_sizing.pool_for(a, configs, a.questions, a.parallel, "e2e", a.tokenizer)
     run_configs(configs, target=a.target, draft=a.draft, out_json=str(out / "e2e.json"), log_dir=str(out / "logs"),
                 num_questions=a.questions, parallel=a.parallel, max_new_tokens=a.max_new,
                 max_total_tokens=a.max_total_tokens, mem_fraction=a.mem_fraction, load_format=a.load_format,

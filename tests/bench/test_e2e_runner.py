@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import e2e, triton_cache
+from sglang_eagle_paged.bench import e2e, kv_sizing, triton_cache
 from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 
 # A tokenizer with a chat template (Llama-3's layout) that ships with the package.
@@ -671,3 +671,25 @@ def _with_log(init):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("server starting\n")  # as ServerProcess: the log exists once started
     return __init__
+
+
+def test_main_sizes_the_pool_for_its_configurations(monkeypatch, tmp_path, questions, capsys):
+    seen = {}
+
+    def capture(configs, **kw):
+        seen.update(kw, names=[c.name for c in configs])
+        raise SystemExit(0)  # the runner is reached with the pool: all this test asks
+
+    monkeypatch.setattr(e2e, "run_configs", capture)
+    argv = ["--target", "T", "--draft", "D", "--out", str(tmp_path), "--only", "on_p1,on_p64",
+            "--parallel", "8", "--max-new", "32", "--question-file", str(questions)]
+    with pytest.raises(SystemExit):
+        e2e.main(argv + ["--max-total-tokens", "auto"])
+    prompt = int(capsys.readouterr().out.split("longest prompt ")[1].split()[0])
+    cfgs = [c for c in e2e.testbed_sets("fa3")["core"] if c.name in ("on_p1", "on_p64")]
+    assert seen["names"] == ["on_p1", "on_p64"] and [c.page_size for c in cfgs] == [1, 64]
+    assert seen["max_total_tokens"] == kv_sizing.pool_tokens(cfgs, 8, prompt, 32) >= 8 * 2048
+    with pytest.raises(SystemExit):  # a number stays that number
+        e2e.main(argv + ["--max-total-tokens", "90000"])
+    assert seen["max_total_tokens"] == 90000
+
