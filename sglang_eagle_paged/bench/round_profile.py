@@ -11,7 +11,9 @@ by ``rounds`` (the profiled step count, prefills included).
 Per round: wall time; GPU busy (union of kernels, copies and memsets) and idle (wall minus busy, as
 gaps); the scheduler thread's time blocked in host syncs and the rest (active); GPU time by kernel,
 grouped (attention, GEMM, ours, SGLang's Triton, copies/memsets, other); the scheduler's Python
-frames by self time; and what the scheduler was doing when the GPU went idle.
+frames by self time; what the scheduler was doing when the GPU went idle; and the host time of each
+phase of the round (SGLang's ``draft`` and ``draft_extend`` ranges, the probe's verify mark) with the
+outermost events inside it: where a phase is longer in one trace than in another, and on what.
 
     python -m sglang_eagle_paged.bench.round_profile summarize TRACE [--rounds N] [--out JSON] [--md MD]
     python -m sglang_eagle_paged.bench.round_profile compare A.json B.json ... [--md MD]
@@ -50,6 +52,8 @@ VERIFY_FUNCTION = re.compile(r"\(\d+\): verify$")
 # EAGLEWorkerV2.verify: rounds in a trace without Python stacks.
 RUN_BATCH_MARK = "eagle_paged::run_batch"
 VERIFY_MARK = "eagle_paged::verify"
+# Host ranges that split a round into its phases: SGLang's own profiler ranges and the probe's mark.
+PHASES = ("draft", VERIFY_MARK, "draft_extend")
 _JIT_DEF = re.compile(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def\s+(\w+)")
 
 
@@ -153,6 +157,32 @@ def _scheduler_thread(host: list[dict]) -> tuple | None:
             launches[key] += 1
     pick = runs or launches
     return max(pick, key=pick.get) if pick else None
+
+
+def _phases(inside: list[dict], n: int, top: int) -> dict:
+    """Per phase of :data:`PHASES`: its host time per round and the outermost events inside its ranges
+    (by name, per round), the longest first."""
+    events = sorted(inside, key=lambda e: (e["ts"], -e["dur"]))
+    starts = [e["ts"] for e in events]
+    out = {}
+    for phase in PHASES:
+        ranges = [e for e in events if e["cat"] == "user_annotation" and e["name"] == phase]
+        if not ranges:
+            continue
+        children: dict[str, dict] = defaultdict(lambda: {"us": 0.0, "count": 0})
+        for r in ranges:
+            end, covered = r["ts"] + r["dur"], r["ts"]  # an event starting before `covered` is nested
+            for e in events[bisect.bisect_left(starts, r["ts"]):bisect.bisect_right(starts, end)]:
+                if e is r or e["ts"] + e["dur"] > end or e["ts"] < covered:
+                    continue
+                c = children[short_name(e["name"])]
+                c["us"] += e["dur"]
+                c["count"] += 1
+                covered = e["ts"] + e["dur"]
+        rows = sorted(({"name": k, "us_per_round": c["us"] / n, "count_per_round": c["count"] / n}
+                       for k, c in children.items()), key=lambda row: (-row["us_per_round"], row["name"]))
+        out[phase] = {"us_per_round": sum(r["dur"] for r in ranges) / n, "children": rows[:top]}
+    return out
 
 
 def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | None = None,
@@ -269,6 +299,7 @@ def summarize(path: str | Path, rounds: int | None = None, ours: frozenset | Non
         "idle_gaps_by_host_event": ranked(by_host),
         "idle_gaps_by_python_frame": ranked(by_frame),
         "gap_min_us": GAP_MIN_US,
+        "phases": _phases(inside, n, top),
     }
 
 
@@ -308,6 +339,10 @@ def markdown(s: dict, title: str) -> str:
         if s.get(key):
             out.append(f"\n### {heading}\n\n")
             out.append(table(headers, (cells(r) for r in s[key])))
+    for phase, ph in (s.get("phases") or {}).items():
+        out.append(f"\n### Host time in `{phase}`: {_f(ph['us_per_round'])} us/round; the outermost events inside\n\n")
+        out.append(table(["event", "us/round", "calls/round"],
+                         ([r["name"][:110], _f(r["us_per_round"]), _f(r["count_per_round"], 2)] for r in ph["children"])))
     return "".join(out)
 
 
@@ -316,6 +351,8 @@ def compare_markdown(summaries: Sequence[dict], names: Sequence[str]) -> str:
     out = ["## Per round, side by side\n\n"]
     rows = [[k, *(_f(s["per_round"].get(k, {}).get("median")) for s in summaries)] for k in PER_ROUND_ROWS]
     rows += [[f"GPU {g}", *(_f(s["gpu_groups_us_per_round"].get(g)) for s in summaries)] for g in GROUPS]
+    rows += [[f"host in {p}", *(_f((s.get("phases") or {}).get(p, {}).get("us_per_round")) for s in summaries)]
+             for p in PHASES if any(p in (s.get("phases") or {}) for s in summaries)]
     rows.append(["rounds", *(str(s["rounds"]) for s in summaries)])
     out.append(table(["us per round (median; groups: mean)", *names], rows))
     return "".join(out)

@@ -138,6 +138,36 @@ def test_the_probes_marks_give_rounds_without_stacks_and_are_not_counted_twice_w
         assert {r["name"] for r in s["idle_gaps_by_host_event"]} == {"eagle_paged::run_batch"}
 
 
+def test_host_time_per_phase_and_the_outermost_events_inside_it(tmp_path):
+    """SGLang's ``draft`` range in each round, with events inside it: an outer op, one nested in it
+    (counted within the outer), a later op; plus a ``draft`` range of the prefill, which is no round."""
+    phases = [
+        _x("user_annotation", "draft", 10, 80, SCHED), _x("user_annotation", "draft", 1110, 60, SCHED),
+        _x("cpu_op", "Torch-Compiled Region: 1/3", 20, 30, SCHED),
+        _x("cpu_op", "aten::remainder", 25, 5, SCHED),  # inside the compiled region: not outermost
+        _x("cpu_op", "aten::index", 60, 20, SCHED),
+        _x("cpu_op", "aten::index", 1120, 10, SCHED),
+        _x("user_annotation", "draft", 2010, 50, SCHED), _x("cpu_op", "aten::index", 2020, 30, SCHED),
+    ]
+    s = rp.summarize(_write(tmp_path, _events(False, marks=True) + phases))
+    draft = s["phases"]["draft"]
+    assert draft["us_per_round"] == (80 + 60) / 2
+    assert draft["children"] == [
+        {"name": "Torch-Compiled Region: 1/3", "us_per_round": 15.0, "count_per_round": 0.5},
+        {"name": "aten::index", "us_per_round": 15.0, "count_per_round": 1.0}]
+    # the probe's verify mark is a phase too: round 1's 400 us range holds aten::mm and the sync
+    verify = s["phases"]["eagle_paged::verify"]
+    assert verify["us_per_round"] == (400 + 100) / 2 and "draft_extend" not in s["phases"]
+    assert {r["name"] for r in verify["children"]} == {"aten::mm", "cudaStreamSynchronize"}
+    md = rp.markdown(s, "t")
+    assert "### Host time in `draft`: 70.0 us/round" in md and "| Torch-Compiled Region: 1/3 | 15.0 | 0.50 |" in md
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(s))
+    b.write_text(json.dumps(rp.summarize(_write(tmp_path, _events(False, marks=True)))))
+    assert "| host in draft | 70.0 | - |" in rp.compare_markdown([json.loads(a.read_text()), json.loads(b.read_text())],
+                                                                  ["a", "b"])
+
+
 def _write(tmp_path, events) -> Path:
     path = tmp_path / "framed.trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
