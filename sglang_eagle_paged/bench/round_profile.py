@@ -22,6 +22,7 @@ outermost events inside it: where a phase is longer in one trace than in another
 from __future__ import annotations
 
 import argparse
+import ast
 import bisect
 import json
 import re
@@ -54,14 +55,21 @@ RUN_BATCH_MARK = "eagle_paged::run_batch"
 VERIFY_MARK = "eagle_paged::verify"
 # Host ranges that split a round into its phases: SGLang's own profiler ranges and the probe's mark.
 PHASES = ("draft", VERIFY_MARK, "draft_extend")
-_JIT_DEF = re.compile(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def\s+(\w+)")
 
 
 def our_kernel_names(kernels_dir: str | Path | None = None) -> frozenset:
     """The names of the plugin's Triton kernels (``@triton.jit`` functions of ``kernels/``), read
     from the source so that summarising needs no Triton."""
     d = Path(kernels_dir) if kernels_dir else Path(__file__).resolve().parents[1] / "kernels"
-    return frozenset(m for p in sorted(d.glob("*.py")) for m in _JIT_DEF.findall(p.read_text()))
+    return frozenset(f.name for p in sorted(d.glob("*.py")) for f in ast.walk(ast.parse(p.read_text()))
+                     if isinstance(f, ast.FunctionDef) and any(_is_triton_jit(x) for x in f.decorator_list))
+
+
+def _is_triton_jit(decorator: ast.expr) -> bool:
+    """``@triton.jit`` or ``@triton.jit(...)``, however many lines its arguments take."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(target, ast.Attribute) and target.attr == "jit" and \
+        isinstance(target.value, ast.Name) and target.value.id == "triton"
 
 
 def kernel_group(name: str, cat: str, ours: frozenset) -> str:

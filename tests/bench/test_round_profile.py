@@ -174,9 +174,16 @@ def _write(tmp_path, events) -> Path:
     return path
 
 
-def test_our_kernels_are_read_from_the_source():
+def test_our_kernels_are_read_from_the_source(tmp_path):
     ours = rp.our_kernel_names()
-    assert {"_duplicate_kv_kernel", "_assign_tree_draft_slots_kernel", "_move_rows_kernel"} <= ours
+    # the v2 duplication's kernel has a decorator whose arguments take three lines
+    assert {"_duplicate_kv_kernel", "_assign_tree_draft_slots_kernel", "_move_rows_kernel",
+            "_duplicate_prefix_tail_kernel"} <= ours
+    (tmp_path / "k.py").write_text(
+        "import triton\n\n@triton.jit\ndef plain(x):\n    pass\n\n"
+        "@triton.jit(do_not_specialize=['a',\n                             'b'])\n@other\ndef spread(a, b):\n    pass\n\n"
+        "@other.jit\ndef not_triton():\n    pass\n\ndef helper():\n    pass\n")
+    assert rp.our_kernel_names(tmp_path) == {"plain", "spread"}
     assert rp.kernel_group("_move_rows_kernel", "kernel", ours) == "ours"
     assert rp.kernel_group("_move_rows_kernel", "kernel", frozenset()) == "sglang_triton"
 
