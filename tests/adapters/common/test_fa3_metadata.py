@@ -124,11 +124,13 @@ def run_impl(fn, buffers, args):
     return backing
 
 
+@pytest.mark.parametrize("live_slots", [False, True])  # True: v2's cache_loc[:, :decode_length]
 @pytest.mark.parametrize("adversarial", [False, True])
-def test_kernel_matches_reference(adversarial):
-    rng = random.Random(2024 + adversarial)
+def test_kernel_matches_reference(adversarial, live_slots):
+    rng = random.Random(2024 + adversarial + 2 * live_slots)
     for i in range(40):
         buffers, args, ctx = kernel_case(rng, adversarial)
+        args["live_slots"] = live_slots
         got = run_impl(draft_decode_metadata, buffers, args)
         want = run_impl(draft_decode_metadata_reference, buffers, args)
         for name, g, w in zip(("normal_cs", "normal_pt", "exp_cs", "exp_pt"), got, want):
@@ -253,11 +255,13 @@ def run_all_steps(fn, buffers, args, n_steps):
     return backing
 
 
+@pytest.mark.parametrize("live_slots", [False, True])
 @pytest.mark.parametrize("adversarial", [False, True])
-def test_all_steps_kernel_matches_reference(adversarial):
-    rng = random.Random(4048 + adversarial)
+def test_all_steps_kernel_matches_reference(adversarial, live_slots):
+    rng = random.Random(4048 + adversarial + 2 * live_slots)
     for i in range(30):
         buffers, args, ctx = kernel_case(rng, adversarial)
+        args["live_slots"] = live_slots
         n_steps = rng.choice((ctx["steps"] - 1, ctx["steps"] - 1, 1, ctx["steps"]))  # SGLang's: steps - 1
         got = run_all_steps(draft_decode_metadata_all_steps, buffers, args, n_steps)
         want = run_all_steps(draft_decode_metadata_all_steps_reference, buffers, args, n_steps)
