@@ -15,7 +15,6 @@
 """
 
 import copy
-import dataclasses
 import importlib
 import os
 import random
@@ -29,11 +28,11 @@ import torch
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.sglang_source import undecorated as _undecorated  # noqa: E402
+from helpers.fa3_replay import assert_same_state, random_seq_lens, replay_batch  # noqa: E402
 
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
 from sglang_eagle_paged.settings import FA3Expand  # noqa: E402
-from sglang_eagle_paged.tools.harness import DraftInputStub as _DraftInput  # noqa: E402
 from sglang_eagle_paged.tools.harness import branch_slots  # noqa: E402
 from sglang_eagle_paged.tools.harness import fa3_multi_step_backend as make_multi  # noqa: E402
 from sglang_eagle_paged.kernels.draft_decode_metadata import (  # noqa: E402
@@ -63,17 +62,6 @@ SG = types.SimpleNamespace(
 
 
 # ---------------------------------------------------------------- 1. kernel vs reference
-
-def random_seq_lens(rng, bs, page_size, max_len):
-    kind = rng.choice(("random", "multiples", "mixed"))
-    out = []
-    for _ in range(bs):
-        if kind == "multiples" or (kind == "mixed" and rng.random() < 0.5):
-            out.append(page_size * rng.randint(0, max_len // page_size))  # last page full (or empty prefix)
-        else:
-            out.append(rng.randint(0, max_len))
-    return out
-
 
 def kernel_case(rng, adversarial=False):
     bs = rng.randint(1, 9)
@@ -363,52 +351,6 @@ def test_all_steps_one_specialization_across_batches_and_lengths():
 
 # ---------------------------------------------------------------- 2. SGLang's own replay
 
-def replay_batch(rng, multi, raw_bs, bs, pool=12):
-    """The forward batch EAGLEDraftCudaGraphRunner.replay hands the backend: padded to the
-    captured bs (seq_lens 1, req_pool_indices 0, the CPU lengths 1), out_cache_loc unpadded."""
-    b0 = multi.attn_backends[0]
-    page, topk, steps = b0.page_size, multi.topk, multi.speculative_num_steps
-    max_len = b0.max_context_len - steps - page
-    seq = random_seq_lens(rng, raw_bs, page, max_len)
-    seq_lens = torch.ones(bs, dtype=torch.int64)
-    seq_lens[:raw_bs] = torch.tensor(seq)
-    rpi = torch.zeros(bs, dtype=torch.int64)
-    rpi[:raw_bs] = torch.tensor(rng.sample(range(pool), raw_bs))
-    if page > 1:
-        out_cache_loc = branch_slots(rng, seq, topk, page, steps)
-    else:
-        out_cache_loc = torch.tensor(rng.sample(range(1, 100_000), raw_bs * topk * steps))
-    return types.SimpleNamespace(
-        batch_size=bs, req_pool_indices=rpi, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
-        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, encoder_lens=None,
-        spec_info=_DraftInput(), positions=None)
-
-
-def _same(a, b, where):
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), where
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), where
-    elif dataclasses.is_dataclass(a):
-        assert type(a) is type(b), where
-        for f in dataclasses.fields(a):
-            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
-    else:
-        assert type(a) is type(b) and a == b, (where, a, b)
-
-
-def assert_same_state(ma, mb, bs):
-    for i, (a, b) in enumerate(zip(ma.attn_backends, mb.attn_backends)):
-        for name in ("draft_decode_metadata_topk_normal", "draft_decode_metadata_topk_expand"):
-            da, db = getattr(a, name), getattr(b, name)
-            assert da.keys() == db.keys()
-            for k in da:
-                _same(da[k], db[k], f"step {i} {name}[{k!r}]")
-        assert a.forward_metadata is a.draft_decode_metadata_topk_normal[bs]
-        assert b.forward_metadata is b.draft_decode_metadata_topk_normal[bs]
-        assert a.forward_metadata_spec_decode_expand is a.draft_decode_metadata_topk_expand[bs]
-        assert b.forward_metadata_spec_decode_expand is b.draft_decode_metadata_topk_expand[bs]
-
-
 def _recording(calls, kind, real):
     def launch(*args, **kwargs):
         calls.append((kind, args))
@@ -651,7 +593,7 @@ def test_fallback_checks_every_step(spy_kernel):
 def test_selection(raw, want):
     from sglang_eagle_paged.settings import FA3_EXPAND, parse
 
-    chosen = parse({} if raw is None else {FA3_EXPAND: raw}).fa3_expand
+    chosen = parse({} if raw is None else {FA3_EXPAND: raw}).fa3_expand_for("v1")
     assert chosen.value == want
     assert fa3_metadata.targets(chosen) == {"off": [], "expand": [fa3_metadata.FA3_EXPAND_METADATA],
                                             "fused": [fa3_metadata.FA3_EXPAND_METADATA,
