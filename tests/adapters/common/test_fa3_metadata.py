@@ -29,6 +29,7 @@ import torch
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.sglang_source import undecorated as _undecorated  # noqa: E402
 from helpers.fa3_replay import assert_same_state, random_seq_lens, replay_batch  # noqa: E402
+from helpers.hook_sandbox import hook_sandbox  # noqa: E402
 
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
@@ -625,10 +626,6 @@ def test_targets_resolve_in_this_sglang():
 def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
     """SGLang's HookRegistry wraps the class method; a replay through the class goes
     through our hook (fused) and matches SGLang."""
-    from collections import defaultdict
-
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
     cls = fa3.FlashAttentionMultiStepBackend
     multi = make_multi(4, 3, 16, [2])
     fb = replay_batch(random.Random(2), multi, 2, 2)
@@ -636,32 +633,19 @@ def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
     with monkeypatch.context() as m:
         m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
         SG.replay(ref, copy.copy(fb), 2)
-    # isolated registry; what apply_hooks rebinds is put back afterwards
-    monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
-    monkeypatch.setattr(HookRegistry, "_patched", set())
-    originals = {"method": cls.__dict__["init_forward_metadata_replay_cuda_graph"],
-                 "expand": fa3.draft_decode_set_expand_metadata}
-    monkeypatch.setattr(cls, "init_forward_metadata_replay_cuda_graph", originals["method"])
-    monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", originals["expand"])
     from sglang_eagle_paged.hooks import install
     from sglang_eagle_paged.settings import FA3Expand
 
-    patched = {}
-    try:
+    targets = {"method": (cls, "init_forward_metadata_replay_cuda_graph"),
+               "expand": (fa3, "draft_decode_set_expand_metadata")}
+    with hook_sandbox(monkeypatch, targets) as (originals, read):
         hooked = install(fa3_metadata.hooks(FA3Expand.FUSED, required=True), "test")
-        patched = {"method": cls.__dict__["init_forward_metadata_replay_cuda_graph"],
-                   "expand": fa3.draft_decode_set_expand_metadata}
+        patched = read()
         assert hooked == fa3_metadata.targets(FA3Expand.FUSED)
         assert all(patched[k] is not originals[k] for k in patched)
         multi.init_forward_metadata_replay_cuda_graph(fb, 2)  # as the CUDA-graph runner calls it
         assert [kind for kind, _ in spy_kernel] == ["all"]
         assert_same_state(ref, multi, 2)
-    finally:
-        for m in list(sys.modules.values()):
-            for k, v in list(getattr(m, "__dict__", {}).items()):
-                for key, w in patched.items():
-                    if v is w and w is not originals[key]:
-                        setattr(m, k, originals[key])
 
 
 def test_plugin_registers_both_hooks_for_fused():

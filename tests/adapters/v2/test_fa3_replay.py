@@ -13,7 +13,6 @@ import copy
 import importlib
 import logging
 import random
-import sys
 import types
 
 import pytest
@@ -21,6 +20,7 @@ import torch
 
 from helpers.fa3_replay import assert_same_state
 from helpers.fa3_replay import replay_batch as v1_replay_batch
+from helpers.hook_sandbox import hook_sandbox
 from helpers.interpreter_order import capture_specializations
 from helpers.sglang_source import undecorated
 
@@ -68,14 +68,22 @@ def launches(monkeypatch):
     return calls
 
 
+def sglang_replay(multi, fb):
+    """A copy of ``multi`` after SGLang's own replay of ``fb`` (its expand builder's body, eagerly)."""
+    ref = copy.deepcopy(multi)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
+        SG.out_graph(ref, copy.copy(fb))
+    return ref
+
+
 def _differs(ma, mb):
     return any(not torch.equal(x.draft_decode_metadata_topk_expand["page_table"],
                                y.draft_decode_metadata_topk_expand["page_table"])
                for x, y in zip(ma.attn_backends, mb.attn_backends))
 
 
-def test_fused_hook_matches_sglang_replay(monkeypatch, launches):
-    monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
+def test_fused_hook_matches_sglang_replay(launches):
     rng = random.Random(23)
     slicing_mattered = 0
     for c in range(12):
@@ -89,8 +97,7 @@ def test_fused_hook_matches_sglang_replay(monkeypatch, launches):
         for _ in range(3):
             bs = rng.choice(capture_bs)
             fb = replay_batch(rng, multi, rng.randint(1, bs), bs)
-            ma, mb, v1_style = copy.deepcopy(multi), copy.deepcopy(multi), copy.deepcopy(multi)
-            SG.out_graph(ma, copy.copy(fb))
+            ma, mb, v1_style = sglang_replay(multi, fb), copy.deepcopy(multi), copy.deepcopy(multi)
             n = len(launches)
             assert fa3_replay.fused_out_graph_hook(SG.out_graph, mb, copy.copy(fb)) is None
             assert launches[n:] == ["all"]
@@ -109,10 +116,8 @@ def test_expand_replacement_matches_sglang_replay():
     for c, (topk, steps, page) in enumerate(((4, 3, 16), (8, 5, 64), (2, 6, 4))):
         multi = make_multi(topk, steps, page, [1, 3], seed=c)
         fb = replay_batch(rng, multi, 2, 3)
-        ma, mb = copy.deepcopy(multi), copy.deepcopy(multi)
+        ma, mb = sglang_replay(multi, fb), copy.deepcopy(multi)
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
-            SG.out_graph(ma, copy.copy(fb))
             m.setattr(fa3, "draft_decode_set_expand_metadata", fa3_metadata.expand_metadata_replacement)
             SG.out_graph(mb, copy.copy(fb))
         assert_same_state(ma, mb, 3)
@@ -182,42 +187,24 @@ def test_fused_is_expand_only_where_the_replay_hook_is_unproven(caplog):
 
 def test_fused_registration_through_hook_registry(monkeypatch, launches):
     """SGLang's HookRegistry wraps the class method; the runner's call goes through our hook."""
-    from collections import defaultdict
-
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
     from sglang_eagle_paged.hooks import install
 
     cls = fa3.FlashAttentionMultiStepBackend
     multi = make_multi(4, 3, 16, [2])
     fb = replay_batch(random.Random(2), multi, 2, 2)
-    ref = copy.deepcopy(multi)
-    with monkeypatch.context() as m:
-        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
-        SG.out_graph(ref, copy.copy(fb))
-    monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
-    monkeypatch.setattr(HookRegistry, "_patched", set())
-    originals = {"method": SG.out_graph, "expand": fa3.draft_decode_set_expand_metadata}
-    monkeypatch.setattr(cls, "init_forward_metadata_out_graph", originals["method"])
-    monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", originals["expand"])
-    patched = {}
-    try:
+    ref = sglang_replay(multi, fb)
+    targets = {"method": (cls, "init_forward_metadata_out_graph"), "expand": (fa3, "draft_decode_set_expand_metadata")}
+    monkeypatch.setattr(cls, "init_forward_metadata_out_graph", SG.out_graph)  # SGLang's, whatever ran before
+    with hook_sandbox(monkeypatch, targets) as (originals, read):
         hooks = [h for h in fa3_replay.hooks(settings.parse({settings.FA3_EXPAND: "fused"}), []) if h.kind != "after"]
         hooked = install(hooks, "test")
-        patched = {"method": cls.__dict__["init_forward_metadata_out_graph"],
-                   "expand": fa3.draft_decode_set_expand_metadata}
+        patched = read()
         assert sorted(hooked) == sorted([fa3_metadata.TARGET, fa3_replay.FUSED_TARGET])
         assert all(patched[k] is not originals[k] for k in patched)
         multi.init_forward_metadata_out_graph(fb)  # as the draft CUDA-graph runner's replay calls it
         assert launches == ["all"]
         assert_same_state(ref, multi, 2)
         assert v2.describe(settings.parse({}), hooked).endswith("fa3 metadata=fused")
-    finally:
-        for mod in list(sys.modules.values()):
-            for k, v in list(getattr(mod, "__dict__", {}).items()):
-                for key, w in patched.items():
-                    if v is w and w is not originals[key]:
-                        setattr(mod, k, originals[key])
 
 
 # ---------------------------------------------------------------- warm-up
