@@ -12,8 +12,12 @@ its undecorated body (the same source, eagerly), as the v1 tests do.
 import copy
 import importlib
 import logging
+import os
 import random
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -253,3 +257,20 @@ def test_warm_up_skips_other_backends():
     with capture_specializations(_expand_draft_page_table_kernel) as seen:
         fa3_replay.warm_up_hook(FA3Expand.FUSED)(None, types.SimpleNamespace(draft_attn_backend=object()))
     assert seen == []
+
+
+@pytest.mark.parametrize("raw,hooked", [("fused", "True True"), ("", "False False")])
+def test_plugin_load_installs_the_replacements_only_when_asked(raw, hooked):
+    """In a fresh interpreter, as SGLang loads plugins: opt-in on v2."""
+    probe = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+             "from sglang.srt.plugins import load_plugins; load_plugins()\n"
+             "from sglang.srt.plugins.hook_registry import HookRegistry as R\n"
+             "from sglang_eagle_paged.adapters.v2.fa3_replay import FUSED_TARGET, fa3_metadata as m\n"
+             "print('HOOKED', m.TARGET in R._patched, FUSED_TARGET in R._patched)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED") and k != "SGLANG_PLUGINS"}
+    env.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED_FA3_EXPAND=raw)
+    p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[3])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"HOOKED {hooked}" in p.stdout
+    assert f"fa3 metadata={'fused' if raw else 'SGLang' + chr(39) + 's'}" in p.stderr
