@@ -1,4 +1,5 @@
-"""Replacements of the FA3 backend's tree-draft metadata builders (on by default).
+"""Replacements of the FA3 backend's tree-draft metadata builders (on by default on v1; opt-in
+on v2, whose entry point and slicing differ: :mod:`..v2.fa3_replay`).
 
 Why: with ``--attention-backend fa3 --page-size > 1 --speculative-eagle-topk > 1``,
 SGLang's draft CUDA-graph runner calls
@@ -12,7 +13,7 @@ path of every round, paid only at page > 1 (measured: ``docs/performance.md``).
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (:mod:`sglang_eagle_paged.settings`) picks what
 replaces it:
 
-- ``fused`` (the default): the whole round's replay metadata in one host max and
+- ``fused`` (v1's default): the whole round's replay metadata in one host max and
   one launch for all steps (:func:`.kernels.draft_decode_metadata.
   draft_decode_metadata_all_steps`, through a table of every step's buffers built
   once per batch size), through an AROUND hook that takes the fused path only
