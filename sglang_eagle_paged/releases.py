@@ -27,6 +27,11 @@ V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
 # Where fa3's in-place draft reads (SGLANG_EAGLE_PAGED_FA3_IN_PLACE) are proven on SGLang's own
 # builders (tests/adapters/v2/test_fa3_in_place.py); elsewhere the setting does nothing.
 FA3_IN_PLACE_PROVEN = (Version("0.5.23"), Version("0.5.23"))
+# Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused) is proven on v2
+# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py); elsewhere on v2 only the
+# expand builder is replaced. 0.5.13 and 0.5.15 size the page table from the CPU lengths by other
+# rules (seq_lens_cpu always; a device read where it is None) than 0.5.17's, which this matches.
+FA3_FUSED_V2_PROVEN = (Version("0.5.23"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.
 OLDEST = V1_PATCHED[0]
@@ -94,14 +99,25 @@ def support(version: str | None = None, *, check_hook_points=None) -> Support:
     return Support(version, "v2", "plugin" if tested else "untested")
 
 
+def _unproven(version, proven, what: str, instead: str) -> str | None:
+    version = installed_version() if version is None else version
+    if version is not None and _within(Version(version), proven):
+        return None
+    return f"{what} does nothing on SGLang {version}: proven on {proven[0]} .. {proven[1]} only; {instead}"
+
+
 def fa3_in_place_problem(version: str | None = None) -> str | None:
     """None where fa3's in-place draft reads are proven for ``version`` (default: installed); else
     why the setting does nothing there, in one line."""
-    version = installed_version() if version is None else version
-    if version is not None and _within(Version(version), FA3_IN_PLACE_PROVEN):
-        return None
-    return (f"SGLANG_EAGLE_PAGED_FA3_IN_PLACE does nothing on SGLang {version}: proven on "
-            f"{FA3_IN_PLACE_PROVEN[0]} .. {FA3_IN_PLACE_PROVEN[1]} only; fa3 copies the prefix tail as before")
+    return _unproven(version, FA3_IN_PLACE_PROVEN, "SGLANG_EAGLE_PAGED_FA3_IN_PLACE",
+                     "fa3 copies the prefix tail as before")
+
+
+def fa3_fused_v2_problem(version: str | None = None) -> str | None:
+    """None where the fused FA3 draft replay metadata is proven for v2 ``version`` (default:
+    installed); else why ``fused`` replaces only the expand builder there, in one line."""
+    return _unproven(version, FA3_FUSED_V2_PROVEN, "SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook",
+                     "only the expand builder is replaced (as with =expand)")
 
 
 def patched_release(version: str | None = None) -> str | None:

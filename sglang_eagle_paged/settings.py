@@ -7,8 +7,9 @@ User settings:
 - ``SGLANG_EAGLE_PAGED_CHECK_PREFIX``: the debug check that a step leaves every prefix's KV as it was.
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
-``SGLANG_EAGLE_PAGED_FA3_EXPAND``, ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default until the
-GPU has proven it), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on v1; ``off`` on v2, opt-in until a GPU run
+has measured it there: :func:`Settings.fa3_expand_for`), ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off
+by default until the GPU has proven it), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
@@ -35,7 +36,7 @@ SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted rea
 ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
 # Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
 # which start-up says in one line (unused_by).
-V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, VERIFY_FREE)
+V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, VERIFY_FREE)
 
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
@@ -56,9 +57,14 @@ class Mode(str, Enum):
 
 
 class FA3Expand(str, Enum):
-    FUSED = "fused"    # the whole round's replay metadata in one launch (default)
+    FUSED = "fused"    # the whole round's replay metadata in one launch
     EXPAND = "expand"  # only the expand builder replaced
     OFF = "off"        # SGLang's own builders
+
+
+# SGLANG_EAGLE_PAGED_FA3_EXPAND unset: v1's replacements are measured on a GPU (docs/performance.md);
+# v2's are proven on the CPU against SGLang's own builders but not yet measured, so opt-in there.
+FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.OFF}
 
 
 @dataclass(frozen=True)
@@ -67,13 +73,21 @@ class Settings:
     mode_explicit: bool = False  # SGLANG_EAGLE_PAGED was set: failing to serve is then an error
     allow_triton: bool = False
     check_prefix: bool = False
-    fa3_expand: FA3Expand = FA3Expand.FUSED
-    fa3_expand_explicit: bool = False
+    fa3_expand: FA3Expand | None = None  # None: unset, the generation's default (fa3_expand_for)
     fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (CPU-proven, GPU pending)
     verify_free: bool = True
     direct_launch: bool = True
     gc_stats_dir: str | None = None
     smollm2_dir: str | None = None
+
+    @property
+    def fa3_expand_explicit(self) -> bool:
+        """SGLANG_EAGLE_PAGED_FA3_EXPAND was set: a replacement that cannot be installed is then an error."""
+        return self.fa3_expand is not None
+
+    def fa3_expand_for(self, generation: str) -> FA3Expand:
+        """The FA3 draft-metadata replacement the adapter of ``generation`` ("v1", "v2") installs."""
+        return self.fa3_expand if self.fa3_expand is not None else FA3_EXPAND_DEFAULT[generation]
 
 
 def _raw(env, name: str) -> str:
@@ -114,8 +128,7 @@ def parse(env=None) -> Settings:
         mode_explicit=bool(_raw(env, MODE)),
         allow_triton=_bool(env, ALLOW_TRITON, False),
         check_prefix=_bool(env, CHECK_PREFIX, False),
-        fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, FA3Expand.FUSED, fa3_aliases),
-        fa3_expand_explicit=bool(_raw(env, FA3_EXPAND)),
+        fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, None, fa3_aliases),
         fa3_in_place=_bool(env, FA3_IN_PLACE, False),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),

@@ -9,7 +9,16 @@ from sglang_eagle_paged.settings import FA3Expand, Mode, SettingsError, parse
 def test_defaults():
     s = parse({})
     assert (s.mode, s.mode_explicit, s.allow_triton, s.check_prefix) == (Mode.ON, False, False, False)
-    assert (s.fa3_expand, s.verify_free, s.direct_launch, s.gc_stats_dir) == (FA3Expand.FUSED, True, True, None)
+    assert (s.fa3_expand, s.verify_free, s.direct_launch, s.gc_stats_dir) == (None, True, True, None)
+
+
+def test_fa3_expand_defaults_to_fused_on_v1_and_off_on_v2_unless_set():
+    s = parse({})
+    assert (s.fa3_expand_for("v1"), s.fa3_expand_for("v2"), s.fa3_expand_explicit) == (
+        FA3Expand.FUSED, FA3Expand.OFF, False)
+    for raw, want in (("fused", FA3Expand.FUSED), ("expand", FA3Expand.EXPAND), ("off", FA3Expand.OFF)):
+        s = parse({settings.FA3_EXPAND: raw})
+        assert s.fa3_expand_for("v1") is want and s.fa3_expand_for("v2") is want and s.fa3_expand_explicit
 
 
 @pytest.mark.parametrize("raw,want", [("on", Mode.ON), (" OFF ", Mode.OFF), ("Fake", Mode.FAKE), ("", Mode.ON)])
@@ -53,10 +62,10 @@ def test_an_unknown_fa3_expand_lists_each_spelling_once():
 
 
 def test_settings_the_v2_adapter_never_reads_are_named():
-    env = {settings.FA3_EXPAND: "expand", settings.ALLOW_TRITON: "1", settings.MODE: "on"}
-    assert settings.unused_by("v2", env) == [settings.ALLOW_TRITON, settings.FA3_EXPAND]
+    env = {settings.CHECK_PREFIX: "1", settings.ALLOW_TRITON: "1", settings.MODE: "on", settings.FA3_EXPAND: "fused"}
+    assert settings.unused_by("v2", env) == [settings.ALLOW_TRITON, settings.CHECK_PREFIX]  # v2 reads FA3_EXPAND
     assert settings.unused_by("v1", env) == [] and settings.unused_by(None, env) == []
-    assert settings.unused_by("v2", {settings.FA3_EXPAND: " "}) == []
+    assert settings.unused_by("v2", {settings.CHECK_PREFIX: " "}) == []
 
 
 def test_fa3_in_place_is_off_by_default():  # until the GPU has proven it (issue 38)

@@ -51,6 +51,11 @@ above; each program writes its cells of every step's buffers, in step order
 device read could tell). The number of steps is a constexpr, a configuration
 value like ``STEPS``.
 
+SGLang's v2 releases (0.5.13 ..) build the same metadata through
+``init_forward_metadata_out_graph`` with one difference: the expand table is built from each
+row's first ``decode_length`` slots (``cache_loc[:, :decode_length]``), not all of them.
+``live_slots=True`` does the same (a constexpr: a variant of its own).
+
 Where it cannot match torch: indices torch would reject or wrap
 (``req_pool_indices``/``strided_indices`` out of range or negative) are not
 checked on the device; SGLang never produces them. A row of ``cache_loc`` with
@@ -90,7 +95,7 @@ def _write_step(
     exp_cache_seqlens, ecs_stride, exp_page_table, ept_stride0, ept_stride1, ept_cols,
     strided_indices, si_stride, decode_length,
     topk: tl.constexpr, page_size: tl.constexpr, STEPS: tl.constexpr, STEPS_POW2: tl.constexpr,
-    BLOCK_COLS: tl.constexpr,
+    BLOCK_COLS: tl.constexpr, LIVE_SLOTS: tl.constexpr,
 ):
     """Program (row, blk)'s cells of one step's metadata: the body of both kernels below."""
     if blk == 0:
@@ -99,9 +104,13 @@ def _write_step(
             last_page_len = seq - _floor_div(seq, page_size) * page_size  # torch's % (floor)
             tl.store(exp_cache_seqlens + row * ecs_stride, last_page_len + decode_length)
         if row < num_seqs:
+            if LIVE_SLOTS:
+                n_slots = tl.minimum(decode_length, STEPS)
+            else:
+                n_slots = STEPS
             _store_distinct_pages(exp_page_table, ept_stride0, ept_stride1, ept_cols,
-                                  cache_loc, cl_stride0, cl_stride1, row,
-                                  page_size, STEPS, STEPS_POW2)
+                                  cache_loc, cl_stride0, cl_stride1, row, n_slots,
+                                  page_size, STEPS_POW2)
         if row < bs:
             seq = tl.load(seq_lens + row * sl_stride)
             tl.store(cache_seqlens + row * cs_stride, _floor_div(seq, page_size) * page_size)
@@ -134,6 +143,7 @@ def _draft_decode_metadata_kernel(
     STEPS: tl.constexpr,
     STEPS_POW2: tl.constexpr,
     BLOCK_COLS: tl.constexpr,
+    LIVE_SLOTS: tl.constexpr,
 ):
     _write_step(tl.program_id(0).to(tl.int64), tl.program_id(1),
                 seq_lens, sl_stride, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
@@ -141,7 +151,7 @@ def _draft_decode_metadata_kernel(
                 cache_seqlens, cs_stride, page_table, pt_stride0, pt_stride1,
                 exp_cache_seqlens, ecs_stride, exp_page_table, ept_stride0, ept_stride1, ept_cols,
                 strided_indices, si_stride, decode_length,
-                topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS)
+                topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS, LIVE_SLOTS)
 
 
 def _normal_cols(page_table, strided_indices, max_seq_pages):
@@ -206,11 +216,14 @@ def draft_decode_metadata(
     decode_length: int,
     topk: int,
     page_size: int,
+    live_slots: bool = False,
 ) -> None:
     """One draft step's normal and expand metadata (module docstring), in one launch.
 
     ``seq_lens`` and ``req_pool_indices`` hold exactly the ``bs`` rows to write;
-    ``cache_loc`` is ``out_cache_loc.view(-1, speculative_num_steps)``.
+    ``cache_loc`` is ``out_cache_loc.view(-1, speculative_num_steps)``. ``live_slots``: the expand
+    page table from each row's first ``decode_length`` slots only, as SGLang's v2 releases slice
+    ``cache_loc`` (0.5.12 hands every slot of the row).
     """
     plan = _launch(cache_seqlens_int32, page_table, expand_cache_seqlens_int32, expand_page_table, seq_lens,
                      req_pool_indices, strided_indices, max_seq_pages, cache_loc, topk, page_size)
@@ -230,7 +243,7 @@ def draft_decode_metadata(
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
         bs, int(decode_length),
     ), dict(topk=topk, page_size=page_size, STEPS=steps, STEPS_POW2=triton.next_power_of_2(max(steps, 1)),
-            BLOCK_COLS=BLOCK_COLS), num_warps=1)
+            BLOCK_COLS=BLOCK_COLS, LIVE_SLOTS=live_slots), num_warps=1)
 
 
 def draft_decode_metadata_reference(
@@ -247,6 +260,7 @@ def draft_decode_metadata_reference(
     decode_length: int,
     topk: int,
     page_size: int,
+    live_slots: bool = False,
 ) -> None:
     """SGLang 0.5.12's ops for the same writes, transcribed (the expand part is the
     body of ``draft_decode_set_expand_metadata``, run eagerly)."""
@@ -256,6 +270,8 @@ def draft_decode_metadata_reference(
     page_table[:, :max_seq_pages].copy_(req_to_token[req_pool_indices[:, None], idx[None, :]] // page_size)
 
     expand_cache_seqlens_int32.copy_(decode_length + last_page_lens.repeat_interleave(topk))
+    if live_slots:
+        cache_loc = cache_loc[:, :decode_length]
     pages = (cache_loc // page_size).to(torch.int32)
     mask = torch.ones_like(pages, dtype=torch.bool)
     mask[:, 1:] = pages[:, 1:] != pages[:, :-1]
@@ -366,6 +382,7 @@ def _draft_decode_metadata_all_steps_kernel(
     BLOCK_COLS: tl.constexpr,
     N_STEPS: tl.constexpr,
     FIELDS: tl.constexpr,
+    LIVE_SLOTS: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     blk = tl.program_id(1)
@@ -381,7 +398,7 @@ def _draft_decode_metadata_all_steps_kernel(
                     tl.load(step + _EPT_COLS),
                     tl.load(step + _SI).to(tl.pointer_type(tl.int64)), tl.load(step + _SI_STRIDE),
                     tl.load(step + _DECODE_LENGTH),
-                    topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS)
+                    topk, page_size, STEPS, STEPS_POW2, BLOCK_COLS, LIVE_SLOTS)
 
 
 def draft_decode_metadata_all_steps(
@@ -393,6 +410,7 @@ def draft_decode_metadata_all_steps(
     cache_loc: torch.Tensor,
     topk: int,
     page_size: int,
+    live_slots: bool = False,
 ) -> None:
     """:func:`draft_decode_metadata` for every step of ``steps`` (each with its own
     ``decode_length`` and ``strided_indices``), in one launch."""
@@ -411,7 +429,7 @@ def draft_decode_metadata_all_steps(
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
         bs,
     ), dict(topk=topk, page_size=page_size, STEPS=n_loc, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)),
-            BLOCK_COLS=BLOCK_COLS, N_STEPS=len(steps.steps), FIELDS=_FIELDS), num_warps=1)
+            BLOCK_COLS=BLOCK_COLS, N_STEPS=len(steps.steps), FIELDS=_FIELDS, LIVE_SLOTS=live_slots), num_warps=1)
 
 
 def draft_decode_metadata_all_steps_reference(
@@ -423,9 +441,10 @@ def draft_decode_metadata_all_steps_reference(
     cache_loc: torch.Tensor,
     topk: int,
     page_size: int,
+    live_slots: bool = False,
 ) -> None:
     """SGLang's per-step ops (:func:`draft_decode_metadata_reference`), step after step."""
     for s in steps:
         draft_decode_metadata_reference(s.cache_seqlens, s.page_table, s.expand_cache_seqlens, s.expand_page_table,
                                         seq_lens, req_pool_indices, req_to_token, s.strided_indices,
-                                        max_seq_pages, cache_loc, s.decode_length, topk, page_size)
+                                        max_seq_pages, cache_loc, s.decode_length, topk, page_size, live_slots)

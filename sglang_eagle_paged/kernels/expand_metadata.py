@@ -53,11 +53,12 @@ def _floor_div(x, d: tl.constexpr):
 
 @triton.jit
 def _store_distinct_pages(page_table, pt_stride0, pt_stride1, pt_cols,
-                          cache_loc, cl_stride0, cl_stride1, row,
-                          page_size: tl.constexpr, STEPS: tl.constexpr, STEPS_POW2: tl.constexpr):
-    # One row of the expand page table; shared with .draft_decode_metadata's fused kernel.
+                          cache_loc, cl_stride0, cl_stride1, row, n_slots,
+                          page_size: tl.constexpr, STEPS_POW2: tl.constexpr):
+    # One row of the expand page table, from the row's first ``n_slots`` (<= STEPS) slots;
+    # shared with .draft_decode_metadata's fused kernels.
     s = tl.arange(0, STEPS_POW2)
-    live = s < STEPS
+    live = s < n_slots
     base = cache_loc + row * cl_stride0
     loc = tl.load(base + s * cl_stride1, mask=live, other=0)
     prev = tl.load(base + (s - 1) * cl_stride1, mask=live & (s > 0), other=0)
@@ -100,8 +101,8 @@ def _expand_draft_page_table_kernel(
 
     if row < num_seqs:
         _store_distinct_pages(page_table, pt_stride0, pt_stride1, pt_cols,
-                              cache_loc, cl_stride0, cl_stride1, row,
-                              page_size, STEPS, STEPS_POW2)
+                              cache_loc, cl_stride0, cl_stride1, row, STEPS,
+                              page_size, STEPS_POW2)
 
 
 def _check(cache_seqlens_int32, page_table, last_page_lens, cache_loc, topk, page_size):

@@ -169,8 +169,10 @@ class DraftInputStub:
 def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool=12, seed=0, device="cpu",
                            **overrides):
     """SGLang's ``FlashAttentionMultiStepBackend`` with per-step backends built without a model
-    runner: their CUDA-graph buffers allocated and captured by SGLang's own methods, then filled
-    with noise (so any stray write shows). For comparing replay-metadata builders."""
+    runner: their CUDA-graph buffers allocated and captured by SGLang's own methods (v1's
+    ``init_forward_metadata_capture_cuda_graph``, v2's ``init_forward_metadata_out_graph`` in
+    capture), then filled with noise (so any stray write shows). For comparing replay-metadata
+    builders."""
     import importlib
     import types
 
@@ -191,15 +193,27 @@ def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool
             speculative_num_steps=steps, speculative_num_draft_tokens=topk * steps, speculative_step_id=i,
             has_local_attention=False, use_sliding_window_kv_pool=False, sliding_window_size=None,
             has_swa=False, is_encoder_decoder=False, _get_scheduler_metadata=None, attn_cp_size=1,
+            # read by v2 releases (0.5.17 .. 0.5.23): no CPU lengths wanted, a draft runner's backend
+            needs_cpu_seq_lens=False, local_attn_builder=None, _sched_meta_buf=None, is_prefill_aware_swa=False,
+            is_draft_runner=True, skip_prefill=False, _verify_mask=None, fa_impl_ver=3,
         )
         b.__dict__.update(overrides)
         b.init_cuda_graph_state(max(capture_bs), max(capture_bs) * topk)
         multi.attn_backends.append(b)
+    v1 = hasattr(multi, "init_forward_metadata_capture_cuda_graph")
     for bs in capture_bs:
-        multi.init_forward_metadata_capture_cuda_graph(types.SimpleNamespace(
+        batch = types.SimpleNamespace(
             batch_size=bs, req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
             seq_lens=torch.ones(bs, dtype=torch.int64, device=device), encoder_lens=None,
-            spec_info=DraftInputStub()))
+            spec_info=DraftInputStub())
+        if v1:
+            multi.init_forward_metadata_capture_cuda_graph(batch)
+        else:
+            from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+            batch.__dict__.update(forward_mode=ForwardMode.DECODE, seq_lens_sum=bs, seq_lens_cpu=None,
+                                  positions=torch.zeros(bs * topk, dtype=torch.int64, device=device))
+            multi.init_forward_metadata_out_graph(batch, in_capture=True)
     for b in multi.attn_backends:
         for d in (b.draft_decode_metadata_topk_normal, b.draft_decode_metadata_topk_expand):
             for k, t in d.items():

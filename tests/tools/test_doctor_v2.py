@@ -81,13 +81,13 @@ def test_fake_and_v1_only_settings_warn_at_start_up():
     code = ("import logging; logging.basicConfig(format='%(levelname)s %(message)s')\n"
             "from sglang_eagle_paged import plugin; plugin.register(); print(plugin.active_mode())")
     full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_EAGLE_PAGED")}
-    full.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED="fake", SGLANG_EAGLE_PAGED_FA3_EXPAND="1")
+    full.update(TRITON_INTERPRET="1", SGLANG_EAGLE_PAGED="fake", SGLANG_EAGLE_PAGED_CHECK_PREFIX="1")
     p = subprocess.run([sys.executable, "-c", code], env=full, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0 and p.stdout.split() == ["fake"], p.stderr[-3000:]
     lines = p.stderr.splitlines()
     assert "WARNING [sglang-eagle-paged] SGLANG_EAGLE_PAGED=fake: draft branches read KV that was never copied, " \
            "so drafts are wrong by design (acceptance drops); for A/B benchmarks only, never for serving" in lines
-    assert ("WARNING [sglang-eagle-paged] SGLANG_EAGLE_PAGED_FA3_EXPAND: no effect on SGLang 0.5.23 "
+    assert ("WARNING [sglang-eagle-paged] SGLANG_EAGLE_PAGED_CHECK_PREFIX: no effect on SGLang 0.5.23 "
             "(v2 adapter; v1 releases only)") in lines
 
 

@@ -1,4 +1,5 @@
-"""Replacements of the FA3 backend's tree-draft metadata builders (on by default).
+"""Replacements of the FA3 backend's tree-draft metadata builders (on by default on v1; opt-in
+on v2, whose entry point and slicing differ: :mod:`..v2.fa3_replay`).
 
 Why: with ``--attention-backend fa3 --page-size > 1 --speculative-eagle-topk > 1``,
 SGLang's draft CUDA-graph runner calls
@@ -12,7 +13,7 @@ path of every round, paid only at page > 1 (measured: ``docs/performance.md``).
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (:mod:`sglang_eagle_paged.settings`) picks what
 replaces it:
 
-- ``fused`` (the default): the whole round's replay metadata in one host max and
+- ``fused`` (v1's default): the whole round's replay metadata in one host max and
   one launch for all steps (:func:`.kernels.draft_decode_metadata.
   draft_decode_metadata_all_steps`, through a table of every step's buffers built
   once per batch size), through an AROUND hook that takes the fused path only
@@ -93,16 +94,18 @@ def expand_metadata_replacement(
                             cache_loc, topk, page_size)
 
 
-def _fusable_backends(multi, forward_batch, bs):
+def fusable_backends(multi, forward_batch, bs, cpu_lens_needed=True):
     """The per-step backends if the fused path writes exactly what SGLang would, else None.
 
     Anything else (topk 1, page 1, sliding window or local attention, an encoder,
     a subclass that may build its metadata differently, a missing buffer) goes
     to SGLang's own code, which also raises where it would have raised.
+    ``cpu_lens_needed``: the release reads the batch's CPU lengths (v1) for its page bound.
     """
     spec_info = forward_batch.spec_info
     if (spec_info is None or not spec_info.is_draft_input() or forward_batch.encoder_lens is not None
-            or forward_batch.seq_lens_cpu is None or forward_batch.out_cache_loc is None or bs < 1
+            or (cpu_lens_needed and forward_batch.seq_lens_cpu is None)
+            or forward_batch.out_cache_loc is None or bs < 1
             # fewer rows than bs: torch's copy_ might broadcast them; the kernel would not
             or forward_batch.seq_lens.shape[0] < bs or forward_batch.req_pool_indices.shape[0] < bs):
         return None
@@ -169,13 +172,18 @@ def _step_table(multi, backends, metadata, bs):
 def fused_replay_hook(original, multi, forward_batch, bs):
     """AROUND hook body for :data:`FUSED_TARGET` (``FlashAttentionMultiStepBackend.
     init_forward_metadata_replay_cuda_graph(self, forward_batch, bs)``)."""
-    backends = _fusable_backends(multi, forward_batch, bs)
+    backends = fusable_backends(multi, forward_batch, bs)
     if backends is None:
         return original(multi, forward_batch, bs)
+    # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
+    write_fused(multi, backends, forward_batch, bs, int(forward_batch.seq_lens_cpu[:bs].max()))
+
+
+def write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=False):
+    """Every step's replay metadata, as SGLang's draft-decode branch writes it with this
+    ``max_seq_len_k`` (``live_slots``: v2's expand from the first ``decode_length`` slots)."""
     seq_lens = forward_batch.seq_lens[:bs]
     req_pool_indices = forward_batch.req_pool_indices[:bs]
-    # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
-    max_seq_len_k = int(forward_batch.seq_lens_cpu[:bs].max())
     out_cache_loc = forward_batch.out_cache_loc
     metadata = [(b.draft_decode_metadata_topk_normal[bs], b.draft_decode_metadata_topk_expand[bs])
                 for b in backends]
@@ -185,7 +193,7 @@ def fused_replay_hook(original, multi, forward_batch, bs):
         draft_decode_metadata_all_steps(
             table, seq_lens, req_pool_indices, b.req_to_token,
             (max_seq_len_k + b.page_size - 1) // b.page_size,
-            out_cache_loc.view(-1, b.speculative_num_steps), b.topk, b.page_size,
+            out_cache_loc.view(-1, b.speculative_num_steps), b.topk, b.page_size, live_slots,
         )
     else:
         for b, (m, e) in zip(backends, metadata):
@@ -195,7 +203,7 @@ def fused_replay_hook(original, multi, forward_batch, bs):
                 b.decode_cuda_graph_metadata["strided_indices"],
                 (max_seq_len_k + b.page_size - 1) // b.page_size,
                 out_cache_loc.view(-1, b.speculative_num_steps),
-                b.speculative_step_id + 1, b.topk, b.page_size,
+                b.speculative_step_id + 1, b.topk, b.page_size, live_slots,
             )
     for b, (m, e) in zip(backends, metadata):
         m.max_seq_len_k = max_seq_len_k
@@ -203,8 +211,12 @@ def fused_replay_hook(original, multi, forward_batch, bs):
         b.forward_metadata_spec_decode_expand = e
 
 
-def warm_up(device, topk: int, steps: int, page_size: int, chosen: FA3Expand) -> None:
+def warm_up(device, topk: int, steps: int, page_size: int, chosen: FA3Expand, live_slots: bool = False) -> None:
     """Compile the selected replacements' kernels for every index dtype serving hands them.
+
+    ``live_slots`` (v2): the fused kernels' variant that slices each step's slots, and the expand
+    builder at every ``cache_loc`` width SGLang hands it (``decode_length`` 1 .. steps - 1 from the
+    replay, all ``steps`` slots from an eager draft step): the width is a constexpr.
 
     SGLang's draft graph runner (0.5.11 and 0.5.12 alike) passes the batch's int64 ``seq_lens`` where the batch
     size has a graph of its own, and its int32 graph buffer where it pads the batch; FA3 derives
@@ -227,13 +239,16 @@ def warm_up(device, topk: int, steps: int, page_size: int, chosen: FA3Expand) ->
         return DraftStep(torch.zeros(1, **i32), torch.zeros((1, 2), **i32), torch.zeros(topk, **i32),
                          torch.zeros((topk, decode_length + 1), **i32), strided, decode_length)
 
+    widths = range(1, steps + 1) if live_slots else (steps,)
     for dtype in (torch.int32, torch.int64):
         seq_lens = torch.ones(1, dtype=dtype, device=device)
-        expand_draft_page_table(torch.zeros(topk, **i32), torch.zeros((topk, 2), **i32), seq_lens % page_size,
-                                1, cache_loc, topk, page_size)
+        for width in widths:
+            expand_draft_page_table(torch.zeros(topk, **i32), torch.zeros((topk, steps + 1), **i32),
+                                    seq_lens % page_size, 1, cache_loc[:, :width], topk, page_size)
         if chosen is FA3Expand.FUSED and steps > 1:
             # the per-step kernel serves where one table cannot stand for every step
             draft_decode_metadata(*step(1)[:4], seq_lens, rows, req_to_token, strided, 1, cache_loc, 1, topk,
-                                  page_size)
+                                  page_size, live_slots)
             table = DraftStepTable.from_steps([step(d) for d in range(1, steps)])  # the multi-step backend's steps - 1
-            draft_decode_metadata_all_steps(table, seq_lens, rows, req_to_token, 1, cache_loc, topk, page_size)
+            draft_decode_metadata_all_steps(table, seq_lens, rows, req_to_token, 1, cache_loc, topk, page_size,
+                                            live_slots)

@@ -30,7 +30,7 @@ def hooks(settings: Settings) -> list:
     ]
     if settings.check_prefix:  # debug only: costs a sync and two reads of every prefix per step
         out += prefix_check.hooks(api.DRAFT_STEP, api.VERIFY_STEP, api.worker_kv_pools)
-    out += fa3_metadata.hooks(settings.fa3_expand, required=settings.fa3_expand_explicit)
+    out += fa3_metadata.hooks(settings.fa3_expand_for(GENERATION), required=settings.fa3_expand_explicit)
     # Without these serving is still right, only slower: STANDALONE's warm-up (its kernels would
     # compile on the first draft step) and the verify's bookkeeping (SGLang's torch.compile'd one stays).
     out += [Hook(api.STANDALONE_WORKER_INIT, init, "after", required=False),
@@ -51,7 +51,8 @@ def installed(hooked: list) -> None:
 def describe(settings: Settings, hooked: list) -> str:
     from ..common import fa3_metadata
 
-    fa3 = [t for t in fa3_metadata.targets(settings.fa3_expand) if t in hooked]
+    chosen = settings.fa3_expand_for(GENERATION)
+    fa3 = [t for t in fa3_metadata.targets(chosen) if t in hooked]
     return (f"draft preprocess=EAGLEWorker._draft_preprocess_decode (paged tree drafting), kv copy="
             f"{'one-launch duplication' if settings.mode is Mode.ON else 'skipped (fake)'}, fa3 metadata="
-            f"{settings.fa3_expand.value if fa3 else 'SGLang' + chr(39) + 's'}, prefix check={'on' if settings.check_prefix else 'off'}")
+            f"{chosen.value if fa3 else 'SGLang' + chr(39) + 's'}, prefix check={'on' if settings.check_prefix else 'off'}")

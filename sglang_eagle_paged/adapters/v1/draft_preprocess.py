@@ -174,9 +174,10 @@ def warm_up(worker, settings: Settings) -> dict:
         verify.warm_up_bookkeeping(device, draft_tokens, page)
     with _timed(parts, "free"):
         verify.warm_up_free(device, draft_tokens, page, worker.token_to_kv_pool_allocator, settings.verify_free)
-    if _draft_attention_is_fa3(worker) and settings.fa3_expand is not FA3Expand.OFF:
+    fa3_chosen = settings.fa3_expand_for("v1")
+    if _draft_attention_is_fa3(worker) and fa3_chosen is not FA3Expand.OFF:
         with _timed(parts, "fa3"):
-            fa3_metadata.warm_up(device, topk, steps, page, settings.fa3_expand)
+            fa3_metadata.warm_up(device, topk, steps, page, fa3_chosen)
     with _timed(parts, "allocator"):
         sglang_warm_up.warm_up_allocator(device, page, max_batch)
     with _timed(parts, "sglang verify"):

@@ -5,7 +5,9 @@ One hot-path hook: the paged tree draft's prefix-tail duplication
 installed release (:mod:`.hook_points`). Its kernel compiles when the draft worker's pool is
 allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`. With
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` on, fa3's draft reads the prefix tail in place and nothing is
-copied for it (:mod:`.fa3_in_place`; off by default, proven on CPU, GPU pending).
+copied for it (:mod:`.fa3_in_place`; off by default, proven on CPU, GPU pending). With
+``SGLANG_EAGLE_PAGED_FA3_EXPAND`` set, FA3's tree-draft metadata builders are replaced as on v1
+(:mod:`.fa3_replay`; opt-in on v2).
 """
 
 import logging
@@ -53,6 +55,10 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
     if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
         out += fa3_in_place_hooks(version)
+    if isinstance(settings_or_mode, Settings):  # on and fake alike, as on v1: an A/B differs by the copy only
+        from . import fa3_replay
+
+        out += fa3_replay.hooks(settings_or_mode, warm_up_targets(), version)
     return out
 
 
@@ -77,7 +83,10 @@ def describe(settings_or_mode, hooked: list) -> str:
     dup = [t for t in hooked if t.endswith("." + hook_points.FUNCTION)]
     copy = "one-launch duplication on plain MHA pools, SGLang's own elsewhere" if mode is Mode.ON else \
         "skipped (fake)"
-    return f"draft duplication={dup[0] if dup else 'SGLang' + chr(39) + 's'} ({copy})"
+    from . import fa3_replay
+
+    return (f"draft duplication={dup[0] if dup else 'SGLang' + chr(39) + 's'} ({copy}), "
+            f"fa3 metadata={fa3_replay.describe(hooked)}")
 
 
 def doctor_lines(settings_or_mode) -> list:

@@ -15,7 +15,6 @@
 """
 
 import copy
-import dataclasses
 import importlib
 import os
 import random
@@ -29,11 +28,12 @@ import torch
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.sglang_source import undecorated as _undecorated  # noqa: E402
+from helpers.fa3_replay import assert_same_state, random_seq_lens, replay_batch  # noqa: E402
+from helpers.hook_sandbox import hook_sandbox  # noqa: E402
 
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
 from sglang_eagle_paged.settings import FA3Expand  # noqa: E402
-from sglang_eagle_paged.tools.harness import DraftInputStub as _DraftInput  # noqa: E402
 from sglang_eagle_paged.tools.harness import branch_slots  # noqa: E402
 from sglang_eagle_paged.tools.harness import fa3_multi_step_backend as make_multi  # noqa: E402
 from sglang_eagle_paged.kernels.draft_decode_metadata import (  # noqa: E402
@@ -63,17 +63,6 @@ SG = types.SimpleNamespace(
 
 
 # ---------------------------------------------------------------- 1. kernel vs reference
-
-def random_seq_lens(rng, bs, page_size, max_len):
-    kind = rng.choice(("random", "multiples", "mixed"))
-    out = []
-    for _ in range(bs):
-        if kind == "multiples" or (kind == "mixed" and rng.random() < 0.5):
-            out.append(page_size * rng.randint(0, max_len // page_size))  # last page full (or empty prefix)
-        else:
-            out.append(rng.randint(0, max_len))
-    return out
-
 
 def kernel_case(rng, adversarial=False):
     bs = rng.randint(1, 9)
@@ -124,11 +113,13 @@ def run_impl(fn, buffers, args):
     return backing
 
 
+@pytest.mark.parametrize("live_slots", [False, True])  # True: v2's cache_loc[:, :decode_length]
 @pytest.mark.parametrize("adversarial", [False, True])
-def test_kernel_matches_reference(adversarial):
-    rng = random.Random(2024 + adversarial)
+def test_kernel_matches_reference(adversarial, live_slots):
+    rng = random.Random(2024 + adversarial + 2 * live_slots)
     for i in range(40):
         buffers, args, ctx = kernel_case(rng, adversarial)
+        args["live_slots"] = live_slots
         got = run_impl(draft_decode_metadata, buffers, args)
         want = run_impl(draft_decode_metadata_reference, buffers, args)
         for name, g, w in zip(("normal_cs", "normal_pt", "exp_cs", "exp_pt"), got, want):
@@ -253,11 +244,13 @@ def run_all_steps(fn, buffers, args, n_steps):
     return backing
 
 
+@pytest.mark.parametrize("live_slots", [False, True])
 @pytest.mark.parametrize("adversarial", [False, True])
-def test_all_steps_kernel_matches_reference(adversarial):
-    rng = random.Random(4048 + adversarial)
+def test_all_steps_kernel_matches_reference(adversarial, live_slots):
+    rng = random.Random(4048 + adversarial + 2 * live_slots)
     for i in range(30):
         buffers, args, ctx = kernel_case(rng, adversarial)
+        args["live_slots"] = live_slots
         n_steps = rng.choice((ctx["steps"] - 1, ctx["steps"] - 1, 1, ctx["steps"]))  # SGLang's: steps - 1
         got = run_all_steps(draft_decode_metadata_all_steps, buffers, args, n_steps)
         want = run_all_steps(draft_decode_metadata_all_steps_reference, buffers, args, n_steps)
@@ -358,52 +351,6 @@ def test_all_steps_one_specialization_across_batches_and_lengths():
 
 
 # ---------------------------------------------------------------- 2. SGLang's own replay
-
-def replay_batch(rng, multi, raw_bs, bs, pool=12):
-    """The forward batch EAGLEDraftCudaGraphRunner.replay hands the backend: padded to the
-    captured bs (seq_lens 1, req_pool_indices 0, the CPU lengths 1), out_cache_loc unpadded."""
-    b0 = multi.attn_backends[0]
-    page, topk, steps = b0.page_size, multi.topk, multi.speculative_num_steps
-    max_len = b0.max_context_len - steps - page
-    seq = random_seq_lens(rng, raw_bs, page, max_len)
-    seq_lens = torch.ones(bs, dtype=torch.int64)
-    seq_lens[:raw_bs] = torch.tensor(seq)
-    rpi = torch.zeros(bs, dtype=torch.int64)
-    rpi[:raw_bs] = torch.tensor(rng.sample(range(pool), raw_bs))
-    if page > 1:
-        out_cache_loc = branch_slots(rng, seq, topk, page, steps)
-    else:
-        out_cache_loc = torch.tensor(rng.sample(range(1, 100_000), raw_bs * topk * steps))
-    return types.SimpleNamespace(
-        batch_size=bs, req_pool_indices=rpi, seq_lens=seq_lens, seq_lens_sum=int(seq_lens.sum()),
-        seq_lens_cpu=seq_lens.clone(), out_cache_loc=out_cache_loc, encoder_lens=None,
-        spec_info=_DraftInput(), positions=None)
-
-
-def _same(a, b, where):
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        assert isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor), where
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), where
-    elif dataclasses.is_dataclass(a):
-        assert type(a) is type(b), where
-        for f in dataclasses.fields(a):
-            _same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
-    else:
-        assert type(a) is type(b) and a == b, (where, a, b)
-
-
-def assert_same_state(ma, mb, bs):
-    for i, (a, b) in enumerate(zip(ma.attn_backends, mb.attn_backends)):
-        for name in ("draft_decode_metadata_topk_normal", "draft_decode_metadata_topk_expand"):
-            da, db = getattr(a, name), getattr(b, name)
-            assert da.keys() == db.keys()
-            for k in da:
-                _same(da[k], db[k], f"step {i} {name}[{k!r}]")
-        assert a.forward_metadata is a.draft_decode_metadata_topk_normal[bs]
-        assert b.forward_metadata is b.draft_decode_metadata_topk_normal[bs]
-        assert a.forward_metadata_spec_decode_expand is a.draft_decode_metadata_topk_expand[bs]
-        assert b.forward_metadata_spec_decode_expand is b.draft_decode_metadata_topk_expand[bs]
-
 
 def _recording(calls, kind, real):
     def launch(*args, **kwargs):
@@ -647,7 +594,7 @@ def test_fallback_checks_every_step(spy_kernel):
 def test_selection(raw, want):
     from sglang_eagle_paged.settings import FA3_EXPAND, parse
 
-    chosen = parse({} if raw is None else {FA3_EXPAND: raw}).fa3_expand
+    chosen = parse({} if raw is None else {FA3_EXPAND: raw}).fa3_expand_for("v1")
     assert chosen.value == want
     assert fa3_metadata.targets(chosen) == {"off": [], "expand": [fa3_metadata.FA3_EXPAND_METADATA],
                                             "fused": [fa3_metadata.FA3_EXPAND_METADATA,
@@ -679,10 +626,6 @@ def test_targets_resolve_in_this_sglang():
 def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
     """SGLang's HookRegistry wraps the class method; a replay through the class goes
     through our hook (fused) and matches SGLang."""
-    from collections import defaultdict
-
-    from sglang.srt.plugins.hook_registry import HookRegistry
-
     cls = fa3.FlashAttentionMultiStepBackend
     multi = make_multi(4, 3, 16, [2])
     fb = replay_batch(random.Random(2), multi, 2, 2)
@@ -690,32 +633,19 @@ def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
     with monkeypatch.context() as m:
         m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
         SG.replay(ref, copy.copy(fb), 2)
-    # isolated registry; what apply_hooks rebinds is put back afterwards
-    monkeypatch.setattr(HookRegistry, "_hooks", defaultdict(list))
-    monkeypatch.setattr(HookRegistry, "_patched", set())
-    originals = {"method": cls.__dict__["init_forward_metadata_replay_cuda_graph"],
-                 "expand": fa3.draft_decode_set_expand_metadata}
-    monkeypatch.setattr(cls, "init_forward_metadata_replay_cuda_graph", originals["method"])
-    monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", originals["expand"])
     from sglang_eagle_paged.hooks import install
     from sglang_eagle_paged.settings import FA3Expand
 
-    patched = {}
-    try:
+    targets = {"method": (cls, "init_forward_metadata_replay_cuda_graph"),
+               "expand": (fa3, "draft_decode_set_expand_metadata")}
+    with hook_sandbox(monkeypatch, targets) as (originals, read):
         hooked = install(fa3_metadata.hooks(FA3Expand.FUSED, required=True), "test")
-        patched = {"method": cls.__dict__["init_forward_metadata_replay_cuda_graph"],
-                   "expand": fa3.draft_decode_set_expand_metadata}
+        patched = read()
         assert hooked == fa3_metadata.targets(FA3Expand.FUSED)
         assert all(patched[k] is not originals[k] for k in patched)
         multi.init_forward_metadata_replay_cuda_graph(fb, 2)  # as the CUDA-graph runner calls it
         assert [kind for kind, _ in spy_kernel] == ["all"]
         assert_same_state(ref, multi, 2)
-    finally:
-        for m in list(sys.modules.values()):
-            for k, v in list(getattr(m, "__dict__", {}).items()):
-                for key, w in patched.items():
-                    if v is w and w is not originals[key]:
-                        setattr(m, k, originals[key])
 
 
 def test_plugin_registers_both_hooks_for_fused():

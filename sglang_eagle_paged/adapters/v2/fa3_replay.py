@@ -1,0 +1,128 @@
+"""FA3's tree-draft metadata builders on the v2 worker, replaced where asked
+(``SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`` or ``expand``; unset, SGLang's own serve: opt-in on v2
+until a GPU run has measured it here, see :mod:`sglang_eagle_paged.settings`).
+
+The same host cost as on v1 (:mod:`..common.fa3_metadata`), reached another way. Every v2
+release's draft CUDA-graph runner calls, per draft round,
+``FlashAttentionMultiStepBackend.init_forward_metadata_out_graph(forward_batch)`` (v1's
+``init_forward_metadata_replay_cuda_graph`` is gone from the class), which hands each per-step
+backend's ``init_forward_metadata_out_graph(inner_fb, in_capture)`` the batch; the replay ends in
+``_apply_cuda_graph_metadata``, whose topk > 1 draft-decode branch is v1's but for two things:
+
+- the expand builder ``draft_decode_set_expand_metadata`` (same name, parameters and body as
+  0.5.12's in every v2 release) gets ``cache_loc[:, :decode_length]``, not the whole row;
+- from 0.5.17 the page-table bound ``max_seq_len_k`` is ``seq_lens_cpu.max()`` only where the
+  per-step backend's ``needs_cpu_seq_lens`` is set (the default is not), else ``max_context_len``
+  (0.5.13 and 0.5.15 use other rules: :data:`~sglang_eagle_paged.releases.FA3_FUSED_V2_PROVEN`).
+
+So: ``expand`` installs the v1 REPLACE hook of the expand builder (it takes any ``cache_loc``
+width); ``fused`` adds :func:`fused_out_graph_hook`, an AROUND hook on the multi-step backend's
+``init_forward_metadata_out_graph`` that writes every step's metadata in one launch with the
+kernels' ``live_slots`` (the slice) where it writes exactly what SGLang would, and calls SGLang
+otherwise (capture, anything :func:`..common.fa3_metadata.fusable_backends` refuses, per-step
+backends that disagree on the bound).
+"""
+
+import logging
+
+from ...hooks import Hook, resolvable
+from ...settings import FA3Expand, Settings
+from ..common import fa3_metadata
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+FUSED_TARGET = fa3_metadata.FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_out_graph"
+
+
+def chosen(settings: Settings, version=None) -> FA3Expand:
+    """What serves on v2 ``version``: the setting, with ``fused`` down to ``expand`` where the
+    replay hook is not proven (one line says so)."""
+    from ...releases import fa3_fused_v2_problem
+
+    selection = settings.fa3_expand_for("v2")
+    if selection is FA3Expand.FUSED:
+        problem = fa3_fused_v2_problem(version)
+        if problem:
+            logger.info("[sglang-eagle-paged] %s", problem)
+            return FA3Expand.EXPAND
+    return selection
+
+
+def hooks(settings: Settings, warm_up_targets, version=None) -> list:
+    """The hooks serving ``settings`` on v2: the replacements and their warm-up after each of
+    ``warm_up_targets`` (the draft workers' ``init_attention_backend``)."""
+    selection = chosen(settings, version)
+    if selection is FA3Expand.OFF:
+        return []
+    required = settings.fa3_expand_explicit
+    out = fa3_metadata.hooks(FA3Expand.EXPAND, required)
+    if selection is FA3Expand.FUSED and out:
+        for target in (FUSED_TARGET, fa3_metadata.FA3_BACKEND):
+            problem = resolvable(target)
+            if problem is not None:
+                if required:
+                    raise LookupError(f"SGLANG_EAGLE_PAGED_FA3_EXPAND=fused but {target} is missing: {problem}")
+                return []
+        out.append(Hook(FUSED_TARGET, fused_out_graph_hook, "around", required))
+    if not out:
+        return []
+    warm = warm_up_hook(FA3Expand.FUSED if len(out) > 1 else FA3Expand.EXPAND)
+    return out + [Hook(t, warm, "after", required=False) for t in warm_up_targets]
+
+
+def describe(hooked: list) -> str:
+    if FUSED_TARGET in hooked:
+        return "fused"
+    return "expand" if fa3_metadata.TARGET in hooked else "SGLang's"
+
+
+def _max_seq_len_k(backends, forward_batch, bs):
+    """SGLang's page-table bound of every step (0.5.17 ..), or None where the steps disagree or
+    an attribute it reads is not there."""
+    out = set()
+    for b in backends:
+        needs = getattr(b, "needs_cpu_seq_lens", None)
+        limit = getattr(b, "max_context_len", None)
+        if not isinstance(needs, bool) or not isinstance(limit, int):
+            return None
+        cpu = forward_batch.seq_lens_cpu if needs else None
+        out.add(int(cpu[:bs].max()) if cpu is not None else limit)  # a CPU tensor: no device sync
+    return out.pop() if len(out) == 1 else None
+
+
+def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
+    """AROUND hook body for :data:`FUSED_TARGET`."""
+    bs = getattr(forward_batch, "batch_size", None)
+    if not in_capture and isinstance(bs, int):
+        backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
+        # SGLang asserts the live slots fit the expand table; where they do not, it raises
+        if backends is not None and all(
+                min(b.speculative_step_id + 1, b.speculative_num_steps)
+                <= b.draft_decode_metadata_topk_expand[bs].page_table.shape[1] for b in backends):
+            max_seq_len_k = _max_seq_len_k(backends, forward_batch, bs)
+            if max_seq_len_k is not None:
+                fa3_metadata.write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=True)
+                return None
+    return original(multi, forward_batch, in_capture=in_capture)
+
+
+def warm_up_hook(selection: FA3Expand):
+    """AFTER hook for the draft workers' ``init_attention_backend``: compile the replacements'
+    kernel variants for this worker's FA3 draft backend before serving."""
+
+    def after(result, worker, *args, **kwargs):
+        multi = getattr(worker, "draft_attn_backend", None)
+        cls = type(multi)
+        if f"{cls.__module__}.{cls.__qualname__}" != fa3_metadata.FA3_MULTI_STEP_BACKEND:
+            return result  # another backend: the replacements never run
+        try:
+            first = multi.attn_backends[0] if multi.attn_backends else None
+            if first is not None:
+                fa3_metadata.warm_up(first.device, multi.topk, multi.speculative_num_steps, first.page_size,
+                                     selection, live_slots=True)
+        except Exception as exc:  # noqa: BLE001 -- an optimisation: the kernels compile on first use instead
+            logger.warning("[sglang-eagle-paged] FA3 draft metadata kernels not compiled ahead (%s: %s); "
+                           "they compile on first use", type(exc).__name__, str(exc)[:300])
+        return result
+
+    return after
