@@ -112,7 +112,7 @@ MODULES=(
   sglang.srt.managers.schedule_batch
 )
 ;;
-0.5.23)
+0.5.23|0.5.17)
 CORE=(
   "torch==2.13.0"          # CPU wheel (pip picks the local +cpu build here)
   "triton==3.8.0"          # what `pip install sglang==0.5.23` brings
@@ -195,10 +195,19 @@ MODULES=(
 )
 ;;
 *)
-  echo "[setup_cpu] SGLANG_VERSION=$SGLANG_VERSION: only 0.5.23 and 0.5.12.post1 are pinned here" >&2
+  echo "[setup_cpu] SGLANG_VERSION=$SGLANG_VERSION: only 0.5.23, 0.5.17 and 0.5.12.post1 are pinned here" >&2
   exit 2
 ;;
 esac
+if [[ "$SGLANG_VERSION" == 0.5.17 ]]; then
+  # The GPU machine's release, for tests that must run on its source (not in CI): 0.5.23's set with
+  # what 0.5.17 pins or imports besides: transformers 5.12.1 (with its tokenizers and a huggingface_hub
+  # below 2) and xgrammar, which its scheduler imports at load.
+  LOCK="$(printf '%s\n' $LOCK | sed -e 's/^transformers==.*/transformers==5.12.1/' \
+    -e 's/^tokenizers==.*/tokenizers==0.22.2/' -e 's/^huggingface_hub==.*/huggingface_hub==1.33.0/')"
+  SGLANG_DEPS=("${SGLANG_DEPS[@]/transformers==5.19.0/transformers==5.12.1}")
+  NO_DEPS_EXTRA+=("xgrammar==0.2.1")
+fi
 
 say() { printf '[setup_cpu] %s\n' "$*"; }
 

@@ -8,12 +8,16 @@ duplication), ``fake`` the plugin without the copy. ``_nooverlap`` adds ``--disa
 Sets, most important first within each (a cut-short run keeps the head):
   correct   point 1-3: outputs, acceptance, host syncs (the probe), compiles after warm-up
   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
+  fa3meta   ours with the fused FA3 draft metadata (``_fx``, opt-in on v2) at pages 64 and 128
 An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
 from .e2e import RunConfig
 
 NO_OVERLAP = ["--disable-overlap-schedule"]
+# Opt-in on v2 until measured: the plugin's FA3 draft metadata in one launch (adapters/v2/fa3_replay.py)
+# in place of SGLang's torch.compile'd builders, the host time page 64 adds to a draft round.
+FA3_FUSED = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}
 
 # Point 4, in the order the budget should buy them: ours against SGLang's own at the same page,
 # then the page-N / page-1 ratios, then the synchronous scheduler's pair.
@@ -46,22 +50,29 @@ def backends_set() -> list:
     return out
 
 
-SETS = {"correct": correct_set, "backends": backends_set}
+def fa3meta_set() -> list:
+    return [RunConfig("on_p64_fx", page_size=64, env=dict(FA3_FUSED)),
+            RunConfig("on_p128_fx", page_size=128, env=dict(FA3_FUSED))]
+
+
+SETS = {"correct": correct_set, "backends": backends_set, "fa3meta": fa3meta_set}
 
 
 def configs(set_name: str, only: str | None = None) -> list:
-    """The set's configurations, or those of ``only`` (comma-separated names, in the set's order);
-    an unknown set or name is a one-line error."""
+    """The set's configurations, or those of ``only`` (comma-separated names: the set's in its order,
+    then any of another set, e.g. a profile of ``on_p1`` against ``on_p64_fx``); an unknown set or
+    name is a one-line error."""
     if set_name not in SETS:
         raise SystemExit(f"unknown set {set_name!r}; sets: {', '.join(SETS)}")
     cfgs = SETS[set_name]()
     if not only:
         return cfgs
     wanted = [n for n in only.split(",") if n]
-    missing = sorted(set(wanted) - {c.name for c in cfgs})
+    others = {c.name: c for name, make in SETS.items() if name != set_name for c in make()}
+    missing = [n for n in wanted if n not in others and n not in {c.name for c in cfgs}]
     if missing:
         raise SystemExit(f"not in set {set_name!r}: {missing}; it has {[c.name for c in cfgs]}")
-    return [c for c in cfgs if c.name in wanted]
+    return [c for c in cfgs if c.name in wanted] + [others[n] for n in wanted if n in others]
 
 
 def pairs(spec: str | None) -> list:

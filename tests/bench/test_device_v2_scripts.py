@@ -334,6 +334,13 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     assert "marks=off" in capsys.readouterr().out  # the probe only where its folder is given
     bad = _call(tmp_path, "profile", V2_ONLY="on_p1,on_p1024")
     assert bad.returncode != 0 and "not in set 'correct': ['on_p1024']" in bad.stdout
+    # a configuration of another set by name: the fused FA3 metadata (fa3meta) against page 1
+    fx = _call(tmp_path, "profile", V2_ONLY="on_p64_fx,on_p1")
+    assert fx.returncode == 0, fx.stdout + fx.stderr
+    assert [ln.split(":")[0] for ln in fx.stdout.splitlines() if ": mode=" in ln] == ["on_p1", "on_p64_fx"]
+    from sglang_eagle_paged.bench import v2_sets
+
+    assert [c.env for c in v2_sets.configs("correct", "on_p64_fx")] == [{"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}]
 
 
 def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():

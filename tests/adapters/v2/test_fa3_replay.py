@@ -184,9 +184,9 @@ def test_default_installs_nothing_and_explicit_values_install_their_hooks():
 
 def test_fused_is_expand_only_where_the_replay_hook_is_unproven(caplog):
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        got = _targets(v2.hooks(settings.parse({settings.FA3_EXPAND: "fused"}), version="0.5.17"))
+        got = _targets(v2.hooks(settings.parse({settings.FA3_EXPAND: "fused"}), version="0.5.15.post1"))
     assert fa3_metadata.TARGET in got and fa3_replay.FUSED_TARGET not in got
-    assert any("FA3_EXPAND=fused" in r.getMessage() and "0.5.17" in r.getMessage() for r in caplog.records)
+    assert any("FA3_EXPAND=fused" in r.getMessage() and "0.5.15.post1" in r.getMessage() for r in caplog.records)
 
 
 def test_fused_registration_through_hook_registry(monkeypatch, launches):
