@@ -19,11 +19,13 @@ OUTPUT_PAIRS = [("on_p64", "off_p64"), ("on_p128", "off_p128"), ("on_p64_nooverl
                 ("triton_on_p64", "triton_off_p64"), ("triton_fake_p64", "triton_off_p64"),
                 ("triton_fake_p16", "triton_on_p16"), ("fi_on_p64", "fi_off_p64"),
                 ("fi_fake_p64", "fi_off_p64"), ("fi_fake_p16", "fi_on_p16"),
+                # the fused FA3 draft metadata (opt-in on v2) writes what SGLang's builders write
+                ("on_p64_fx", "off_p64"), ("on_p128_fx", "off_p128"), ("on_p64_fx", "on_p64"),
                 # pages against page 1 and against no speculation: divergences expected only at near-ties
                 ("on_p64", "on_p1"), ("on_p128", "on_p1"), ("on_p64", "nospec_p1"), ("on_p1", "nospec_p1")]
 # (configuration, page-1 reference) for acceptance
 ACCEPT_PAIRS = [("on_p64", "on_p1"), ("on_p128", "on_p1"), ("off_p64", "on_p1"), ("off_p128", "on_p1"),
-                ("fake_p64", "on_p64"), ("fake_p128", "on_p128")]
+                ("fake_p64", "on_p64"), ("fake_p128", "on_p128"), ("on_p64_fx", "on_p1"), ("on_p128_fx", "on_p1")]
 
 
 def sync_counts(sync_dir: Path) -> dict:
