@@ -21,6 +21,11 @@ width); ``fused`` adds :func:`fused_out_graph_hook`, an AROUND hook on the multi
 kernels' ``live_slots`` (the slice) where it writes exactly what SGLang would, and calls SGLang
 otherwise (capture, anything :func:`..common.fa3_metadata.fusable_backends` refuses, per-step
 backends that disagree on the bound).
+
+Both are AROUND hooks, so SGLang's own builder is at hand: an exception on our path (a compile
+error, anything raised on the host) never reaches the scheduler. That call and every later one
+run SGLang's builders, ours are off for the process, and one ERROR line says why. A partial write
+of ours is then overwritten by SGLang's, which writes the same buffers.
 """
 
 import logging
@@ -32,6 +37,18 @@ from ..common import fa3_metadata
 logger = logging.getLogger("sglang_eagle_paged")
 
 FUSED_TARGET = fa3_metadata.FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_out_graph"
+
+# Why our builders were switched off in this process (empty: they serve).
+_switched_off = []
+
+
+def switch_off(exc: Exception) -> None:
+    """SGLang's builders serve every later call; one ERROR line per process."""
+    if _switched_off:
+        return
+    _switched_off.append(f"{type(exc).__name__}: {exc}")
+    logger.error("[sglang-eagle-paged] FA3 draft metadata replacements switched off for this process, "
+                 "SGLang's own builders serve from now on: %s", _switched_off[0][:300])
 
 
 def chosen(settings: Settings, version=None) -> FA3Expand:
@@ -55,7 +72,7 @@ def hooks(settings: Settings, warm_up_targets, version=None) -> list:
     if selection is FA3Expand.OFF:
         return []
     required = settings.fa3_expand_explicit
-    out = fa3_metadata.hooks(FA3Expand.EXPAND, required)
+    out = [Hook(h.target, expand_hook, "around", h.required) for h in fa3_metadata.hooks(FA3Expand.EXPAND, required)]
     if selection is FA3Expand.FUSED and out:
         for target in (FUSED_TARGET, fa3_metadata.FA3_BACKEND):
             problem = resolvable(target)
@@ -90,19 +107,40 @@ def _max_seq_len_k(backends, forward_batch, bs):
     return out.pop() if len(out) == 1 else None
 
 
+def expand_hook(original, *args, **kwargs):
+    """AROUND hook body for the expand builder (:data:`..common.fa3_metadata.TARGET`)."""
+    if not _switched_off:
+        try:
+            return fa3_metadata.expand_metadata_replacement(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's builder serves
+            switch_off(exc)
+    return original(*args, **kwargs)
+
+
+def _wrote_fused(multi, forward_batch, bs) -> bool:
+    """Every step's metadata in one launch, where that writes exactly what SGLang would."""
+    backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
+    # SGLang asserts the live slots fit the expand table; where they do not, it raises
+    if backends is None or not all(
+            min(b.speculative_step_id + 1, b.speculative_num_steps)
+            <= b.draft_decode_metadata_topk_expand[bs].page_table.shape[1] for b in backends):
+        return False
+    max_seq_len_k = _max_seq_len_k(backends, forward_batch, bs)
+    if max_seq_len_k is None:
+        return False
+    fa3_metadata.write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=True)
+    return True
+
+
 def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND hook body for :data:`FUSED_TARGET`."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and isinstance(bs, int):
-        backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
-        # SGLang asserts the live slots fit the expand table; where they do not, it raises
-        if backends is not None and all(
-                min(b.speculative_step_id + 1, b.speculative_num_steps)
-                <= b.draft_decode_metadata_topk_expand[bs].page_table.shape[1] for b in backends):
-            max_seq_len_k = _max_seq_len_k(backends, forward_batch, bs)
-            if max_seq_len_k is not None:
-                fa3_metadata.write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=True)
+    if not in_capture and not _switched_off and isinstance(bs, int):
+        try:
+            if _wrote_fused(multi, forward_batch, bs):
                 return None
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
+            switch_off(exc)
     return original(multi, forward_batch, in_capture=in_capture)
 
 

@@ -62,6 +62,12 @@ def replay_batch(rng, multi, raw_bs, bs):
     return fb
 
 
+@pytest.fixture(autouse=True)
+def serving(monkeypatch):
+    """Every test starts with our builders serving (a fault test switches them off)."""
+    monkeypatch.setattr(fa3_replay, "_switched_off", [])
+
+
 @pytest.fixture
 def launches(monkeypatch):
     """The fused hook's launches, in order ("all" or "step")."""
@@ -161,6 +167,48 @@ def test_fused_hook_leaves_to_sglang_what_it_cannot_prove(case, launches):
     original, calls = _original()
     assert fa3_replay.fused_out_graph_hook(original, multi, fb, in_capture=in_capture) == "sglang"
     assert calls == [in_capture] and launches == []
+
+
+FAILED_CALLS = []
+
+
+def _fail(*args, **kwargs):
+    FAILED_CALLS.append(1)
+    raise RuntimeError("triton compile failed")
+
+
+def test_a_fault_in_the_fused_path_serves_sglangs_replay_and_switches_ours_off(monkeypatch, launches, caplog):
+    rng = random.Random(11)
+    multi = make_multi(4, 4, 16, [2, 4])
+    monkeypatch.setattr(fa3_metadata, "draft_decode_metadata_all_steps", _fail)  # ours, not SGLang's
+    FAILED_CALLS.clear()
+    with pytest.MonkeyPatch.context() as m, caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)  # SGLang's body, eagerly
+        for bs in (2, 4, 4):
+            fb = replay_batch(rng, multi, bs, bs)
+            ref, got = sglang_replay(multi, fb), copy.deepcopy(multi)
+            assert fa3_replay.fused_out_graph_hook(SG.out_graph, got, copy.copy(fb)) is None
+            assert_same_state(ref, got, bs)  # SGLang's replay, whatever ours began to write
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "switched off for this process" in errors[0] and "triton compile failed" in errors[0]
+    assert len(FAILED_CALLS) == 1  # ours is off after its fault: the later rounds never try it
+
+
+def test_a_fault_in_the_expand_replacement_serves_sglangs_builder(monkeypatch, caplog):
+    rng = random.Random(12)
+    multi = make_multi(8, 5, 64, [3])
+    fb = replay_batch(rng, multi, 3, 3)
+    ref = sglang_replay(multi, fb)
+    monkeypatch.setattr(fa3_metadata, "expand_draft_page_table", _fail)  # ours, not SGLang's
+    got = copy.deepcopy(multi)
+    with pytest.MonkeyPatch.context() as m, caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        # SGLang's replay with its expand builder wrapped as the AROUND hook wraps it
+        m.setattr(fa3, "draft_decode_set_expand_metadata",
+                  lambda *a, **kw: fa3_replay.expand_hook(SG.expand_eager, *a, **kw))
+        SG.out_graph(got, copy.copy(fb))
+        SG.out_graph(copy.deepcopy(multi), copy.copy(fb))
+    assert_same_state(ref, got, 3)
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fa3_replay._switched_off
 
 
 # ---------------------------------------------------------------- selection and registration
