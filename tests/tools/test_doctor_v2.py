@@ -55,6 +55,22 @@ def test_doctor_says_whether_fa3_reads_in_place():
     on = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_FA3_IN_PLACE="1").stdout
     assert "on (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): fa3's draft reads the prefix tail where it lies" in on  # 0.5.23: proven
 
+
+def test_doctor_says_which_fa3_metadata_builders_serve():
+    unset = _run("doctor", "--no-self-test").stdout
+    assert "fa3 metadata" in unset and "SGLang's builders (SGLANG_EAGLE_PAGED_FA3_EXPAND unset or off" in unset
+    fused = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_FA3_EXPAND="fused").stdout
+    assert "fused (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the draft round's FA3 metadata in one launch" in fused
+    # the hooks doctor installed, as a server would: both builders' targets
+    assert any(line.startswith("[ok  ] hook") and "init_forward_metadata_out_graph" in line
+               for line in fused.splitlines()), fused
+    from sglang_eagle_paged import settings
+    from sglang_eagle_paged.adapters.v2 import _fa3_metadata_line
+
+    line = _fa3_metadata_line(settings.parse({settings.FA3_EXPAND: "fused"}), "0.5.15.post1")
+    assert line.startswith("expand (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the expand builder replaced; ") \
+        and "0.5.15.post1" in line
+
 def test_doctor_explicit_on_where_unsupported_is_one_clear_failure():
     p = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED="bogus")
     assert p.returncode != 0 and "SGLANG_EAGLE_PAGED='bogus' is not one of: on, off, fake" in p.stdout

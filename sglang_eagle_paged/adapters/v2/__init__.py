@@ -116,9 +116,27 @@ def doctor_lines(settings_or_mode) -> list:
         copy, reason = backends.pool_decision(pool)
         out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy else "skipped: ")
                     + reason))
-    if isinstance(settings_or_mode, Settings) and mode is Mode.ON:
-        out.append(("fa3 in place", _fa3_in_place_line(settings_or_mode.fa3_in_place, version)))
+    if isinstance(settings_or_mode, Settings):
+        out.append(("fa3 metadata", _fa3_metadata_line(settings_or_mode, version)))
+        if mode is Mode.ON:
+            out.append(("fa3 in place", _fa3_in_place_line(settings_or_mode.fa3_in_place, version)))
     return out
+
+
+def _fa3_metadata_line(s: Settings, version) -> str:
+    from ... import releases, settings
+    from ...settings import FA3Expand
+    from . import fa3_replay
+
+    chosen = fa3_replay.chosen(s, version)
+    if chosen is FA3Expand.OFF:
+        return (f"SGLang's builders ({settings.FA3_EXPAND} unset or off; opt-in on v2: =fused puts the "
+                "draft round's metadata in one launch)")
+    if chosen is FA3Expand.FUSED:
+        return f"fused ({settings.FA3_EXPAND}=fused): the draft round's FA3 metadata in one launch"
+    asked = s.fa3_expand_for("v2")
+    why = releases.fa3_fused_v2_problem(version) if asked is FA3Expand.FUSED else None
+    return f"expand ({settings.FA3_EXPAND}={asked.value}): the expand builder replaced" + (f"; {why}" if why else "")
 
 
 def _fa3_in_place_line(asked: bool, version) -> str:
