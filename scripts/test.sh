@@ -4,10 +4,12 @@
 #             the v1 adapter (the v2 adapter, kernels, settings, releases, hooks, the plugin loader,
 #             tools, bench, models)
 #   .venv-v1  SGLang 0.5.12.post1 (v1, triton 3.6.0): the v1 adapter's tests (V1_TESTS)
+#   .venv-517 SGLang 0.5.17 (the GPU machine's v2 release): the tests whose claims name it (V517_TESTS),
+#             after the v2 part, in its process
 # Builds (or reuses) both environments first, then runs the two parts side by side (one process
 # each: the machine has two cores and the interpreted tests use one), each into its own log, which
 # is printed whole when both are done, v2 first. Extra arguments go to both pytest runs.
-# TEST_PARTS=v2 or TEST_PARTS=v1 runs one part alone.
+# TEST_PARTS=v2, v1 or v517 runs one part alone (or any two, space-separated).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,7 +19,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_reference.py
           tests/kernels/test_tree_extension.py tests/bench/test_reliability.py tests/bench/test_bench_kernels.py)
 
-PARTS="${TEST_PARTS:-v2 v1}"
+# releases.FA3_FUSED_V2_PROVEN starts at 0.5.17 on the strength of this file run on 0.5.17's own source.
+V517_TESTS=(tests/adapters/v2/test_fa3_replay.py)
+
+PARTS="${TEST_PARTS:-v2 v1 v517}"
 t0=$SECONDS
 if [[ $PARTS == *v2* ]]; then
   bash scripts/setup_cpu.sh
@@ -26,6 +31,9 @@ if [[ $PARTS == *v2* ]]; then
 fi
 if [[ $PARTS == *v1* ]]; then
   SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1 bash scripts/setup_cpu.sh
+fi
+if [[ $PARTS == *v517* ]]; then
+  SGLANG_VERSION=0.5.17 VENV=.venv-517 bash scripts/setup_cpu.sh
 fi
 echo "[test] environments ready in $((SECONDS - t0)) s"
 
@@ -43,15 +51,21 @@ part() {  # name python pytest-args...
   echo "$rc" > "$logs/$name.rc"
 }
 
+v2_then_517() {
+  if [[ $PARTS == *v2* ]]; then part v2 .venv/bin/python tests "${ignore[@]}" "$@"; fi
+  if [[ $PARTS == *v517* ]]; then part v517 .venv-517/bin/python "${V517_TESTS[@]}" "$@"; fi
+}
+
 pids=()
-[[ $PARTS == *v2* ]] && { part v2 .venv/bin/python tests "${ignore[@]}" "$@" & pids+=($!); }
+if [[ $PARTS == *v2* || $PARTS == *v517* ]]; then v2_then_517 "$@" & pids+=($!); fi
 [[ $PARTS == *v1* ]] && { part v1 .venv-v1/bin/python "${V1_TESTS[@]}" "$@" & pids+=($!); }
 wait "${pids[@]}"
 
 status=0
-for name in v2 v1; do
+declare -A RELEASE=([v2]=0.5.23 [v1]=0.5.12.post1 [v517]=0.5.17)
+for name in v2 v1 v517; do
   [[ -f $logs/$name.rc ]] || continue
-  echo "===== $name part ($( [[ $name == v2 ]] && echo "SGLang 0.5.23" || echo "SGLang 0.5.12.post1" )) ====="
+  echo "===== $name part (SGLang ${RELEASE[$name]}) ====="
   cat "$logs/$name.log"
   [[ $(cat "$logs/$name.rc") == 0 ]] || status=1
 done

@@ -28,8 +28,8 @@ V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
 # builders (tests/adapters/v2/test_fa3_in_place.py); elsewhere the setting does nothing.
 FA3_IN_PLACE_PROVEN = (Version("0.5.23"), Version("0.5.23"))
 # Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused) is proven on v2
-# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py: CI runs it on 0.5.23; on 0.5.17,
-# the GPU machine's release, in the environment `SGLANG_VERSION=0.5.17 scripts/setup_cpu.sh` builds);
+# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py, which scripts/test.sh runs on 0.5.23
+# and on 0.5.17, the GPU machine's release);
 # elsewhere on v2 only the expand builder is replaced. 0.5.13 and 0.5.15 size the page table from the
 # CPU lengths by other rules (seq_lens_cpu always; a device read where it is None) than 0.5.17's.
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
