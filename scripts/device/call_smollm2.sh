@@ -27,7 +27,7 @@
 #           speculation at page 1, and fa3 topk 8 / 5 steps / 64 draft tokens at pages 1, 64, 128
 #           with the plugin on, fake and SGLang's own (off) at 64 and 128, all 80 questions (both
 #           turns), every server started together (BENCH_S; SMOLLM2_KV slots each [131072]); then, alone on the GPU,
-#           serve-default --model smollm2 as a user runs it (SD_S). Results accumulate in
+#           serve-default --model smollm2 as a user runs it (SD_S; 0 skips it). Results accumulate in
 #           /tmp/smollm2-bench/e2e.json and /tmp/smollm2-sd: the same command again resumes what
 #           was not measured and skips a serve-default that finished.
 #           $OUT/smollm2_bench.tgz and $OUT/smollm2_serve_default.tgz.
@@ -166,7 +166,9 @@ say "bench rc=$?"
 [ "$DRY" = 1 ] || pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 # serve-default --model smollm2 as a user runs it, after the benchmark: alone on the GPU, its
 # throughput is its own.
-if grep -q "^serve-default rc=0" "$SD/stdout.log" 2>/dev/null; then
+if [ "$SD_S" = 0 ]; then
+  say "SD_S=0: serve-default skipped"
+elif grep -q "^serve-default rc=0" "$SD/stdout.log" 2>/dev/null; then
   say "serve-default finished in an earlier call: skipped"
 else
   # the package's head is serve-default's own default: name a path only for PART=B's
@@ -180,5 +182,5 @@ else
 fi
 [ "$DRY" = 1 ] && exit 0
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
-(cd "$SD" && tar czf "$OUT/smollm2_serve_default.tgz" .)
+[ "$SD_S" = 0 ] || (cd "$SD" && tar czf "$OUT/smollm2_serve_default.tgz" .)
 (cd "$BENCH" && tar czf "$OUT/smollm2_bench.tgz" --exclude=triton_cache --exclude='*.trace.json*' .)

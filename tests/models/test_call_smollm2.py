@@ -142,6 +142,14 @@ def test_part_c_benchmark_then_serve_default_alone(checkout):
         (checkout / "sd" / "stdout.log").read_text()
 
 
+def test_part_c_sd_s_zero_measures_the_bench_only(checkout):
+    # timeout 0 would mean no limit at all: 0 has to skip serve-default, not run it unbounded
+    rc, out = _call(checkout, "C", SD_S="0", BENCH_ONLY="off_p64")
+    assert rc == 0, out
+    assert "SD_S=0: serve-default skipped" in out and "bench rc=" in out
+    assert not (checkout / "sd" / "stdout.log").exists()
+
+
 def test_calls_run_on_the_v2_bundle():
     """Issue 37 serves SGLang 0.5.17's v2 worker: the calls install and enter the v2 bundle
     (setup_v2.sh, /tmp/site-v2), not the 0.5.12.post1 one (setup.sh, /tmp/site)."""
