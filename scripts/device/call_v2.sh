@@ -32,7 +32,9 @@
 # Environment (defaults in brackets):
 #   V2_S        seconds the measuring step may run [correct 420, ab 480, backends 420, profile 420]; at most 540
 #   V2_ONLY     configurations of the set (comma-separated) [all of correct / backends]
-#   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP   sweep workload [16, 160, 4]
+#   V2_QUESTIONS, V2_MAX_NEW, V2_WARMUP, V2_PARALLEL   sweep workload [16, 160, 4, 16]; V2_PARALLEL=1
+#               (correct): one request at a time, so greedy outputs compare bit for bit (at 16 the batch
+#               each request shares changes run to run, and with it bf16 rounding: run 23)
 #   AB_PAIRS    [bench/v2_sets.py AB_PAIRS, in that order; names of any set]; ROUNDS [6], QUESTIONS [32],
 #               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
 #               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large | smollm2],
@@ -132,9 +134,9 @@ case "$SUB" in
       echo "setup: setup_v2.sh, then sglang_eagle_paged.tools.cli doctor"
     fi ;;
   correct)
-    measure "^\[e2e\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
+    measure "^\[(e2e|v2 sweep)\]|: mode=" sweep --set correct ${V2_ONLY:+--only "$V2_ONLY"} "${MODEL[@]}" "${GRAPH[@]}" \
       --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" \
-      --probe-dir "$PWD/scripts/device/probes" ;;
+      --parallel "${V2_PARALLEL:-16}" --probe-dir "$PWD/scripts/device/probes" ;;
   ab)
     measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" "${GRAPH[@]}" \
       --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \

@@ -67,6 +67,8 @@ def sweep(a) -> int:
         cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
     pool = kv_sizing.pool_for(a, cfgs, a.questions, a.parallel, "v2 sweep", a.tokenizer)
     if a.dry_run:
+        print(f"[v2 sweep] {len(cfgs)} configurations, {a.questions} questions at parallel {a.parallel}, "
+              f"{a.max_new} tokens")
         for c in cfgs:
             print(f"{c.name}: mode={c.mode} page={c.page_size} backend={c.backend} extra={c.extra} "
                   f"probe={c.env.get(SYNC_ENV, '-')}")

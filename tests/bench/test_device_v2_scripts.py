@@ -269,6 +269,16 @@ def test_call_correct_arms_the_probe_in_every_server_of_the_set(tmp_path):
 
 
 @needs_tools
+def test_call_correct_takes_its_parallelism_from_the_environment(tmp_path):
+    """V2_PARALLEL=1: one request at a time, so outputs compare bit for bit."""
+    one = _call(tmp_path, "correct", V2_ONLY="on_p64,off_p64", V2_PARALLEL="1")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert "[v2 sweep] 2 configurations, 16 questions at parallel 1, 160 tokens" in one.stdout
+    default = _call(tmp_path, "correct", V2_ONLY="on_p64,off_p64")
+    assert "16 questions at parallel 16," in default.stdout, default.stdout
+
+
+@needs_tools
 def test_call_picks_configurations_and_pairs_by_name(tmp_path):
     one = _call(tmp_path, "backends", V2_ONLY="triton_on_p16,fi_fake_p64")
     assert one.returncode == 0, one.stderr
