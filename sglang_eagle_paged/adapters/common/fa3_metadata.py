@@ -18,23 +18,26 @@ replaces it:
   draft_decode_metadata_all_steps`, through a table of every step's buffers built
   once per batch size), through an AROUND hook that takes the fused path only
   where it writes exactly what SGLang would (:func:`fused_replay_hook`) and calls
-  SGLang otherwise; plus the expand REPLACE hook below for eager draft steps. One
+  SGLang otherwise; plus the expand hook below for eager draft steps. One
   launch rather than one per step, because each launch's host cost (Triton's
   launch path) adds up across the steps of a round.
 - ``expand``: only ``draft_decode_set_expand_metadata`` becomes one Triton
   launch (:mod:`.kernels.expand_metadata`).
 - ``off``: SGLang's own builders.
 
-How it is installed: SGLang's ``HookRegistry`` with ``HookType.REPLACE``. A
-REPLACE hook is called as ``hook(*args, **kwargs)`` with exactly the arguments
-the backend passes (keywords, here) and is NOT given the original; the registry
-``setattr``s the wrapper onto the ``flashattention_backend`` module (and onto
-any module that did ``from ... import draft_decode_set_expand_metadata``), and
-the backend looks the name up as a module global at call time, so it sees the
-replacement. Hence the replacement has the original's exact parameter names.
+How it is installed: SGLang's ``HookRegistry``, both as AROUND hooks, so SGLang's own
+builder is at hand. The registry ``setattr``s the wrapper onto the ``flashattention_backend``
+module (and onto any module that did ``from ... import draft_decode_set_expand_metadata``), and
+the backend looks the name up as a module global at call time, so it sees the replacement.
+
+Nothing here may stop a running server: an exception on our path (a compile error, anything
+raised on the host) makes that call and every later one run SGLang's builders, ours off for
+the process, with one ERROR line (:func:`switch_off`). A partial write of ours is then
+overwritten by SGLang's, which writes the same buffers.
 """
 
 import functools
+import logging
 import weakref
 
 from ...hooks import Hook, resolvable, resolve
@@ -58,6 +61,24 @@ FA3_MULTI_STEP_REPLAY = FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_replay_
 TARGET = FA3_EXPAND_METADATA
 FUSED_TARGET = FA3_MULTI_STEP_REPLAY
 
+logger = logging.getLogger("sglang_eagle_paged")
+
+# Why our builders were switched off in this process (empty: they serve).
+_switched_off = []
+
+
+def switched_off() -> bool:
+    return bool(_switched_off)
+
+
+def switch_off(exc: Exception) -> None:
+    """SGLang's builders serve every later call; one ERROR line per process."""
+    if _switched_off:
+        return
+    _switched_off.append(f"{type(exc).__name__}: {exc}")
+    logger.error("[sglang-eagle-paged] FA3 draft metadata replacements switched off for this process, "
+                 "SGLang's own builders serve from now on: %s", _switched_off[0][:300])
+
 def targets(selection: FA3Expand) -> list:
     """The dotted targets :func:`hooks` hooks for ``selection``."""
     return {FA3Expand.OFF: [], FA3Expand.EXPAND: [TARGET], FA3Expand.FUSED: [TARGET, FUSED_TARGET]}[selection]
@@ -67,7 +88,7 @@ def hooks(selection: FA3Expand, required: bool) -> list:
     """The hooks of ``selection``; none where this SGLang lacks one of their targets (or, for the
     fused path, the exact backend class it checks), since the replacements stand in as a set.
     ``required``: the user asked for them explicitly, so a missing target is an error."""
-    found = {TARGET: [Hook(TARGET, expand_metadata_replacement, "replace", required)],
+    found = {TARGET: [Hook(TARGET, expand_hook, "around", required)],
              FUSED_TARGET: [Hook(FUSED_TARGET, fused_replay_hook, "around", required)]}
     wanted = targets(selection)
     checked = wanted + ([FA3_BACKEND] if selection is FA3Expand.FUSED else [])
@@ -89,9 +110,19 @@ def expand_metadata_replacement(
     topk,
     page_size,
 ):
-    """REPLACE hook body for :data:`TARGET`: same parameters, same in-place effect."""
+    """SGLang's expand builder's parameters, same in-place effect, one Triton launch."""
     expand_draft_page_table(cache_seqlens_int32, page_table, last_page_lens, decode_length,
                             cache_loc, topk, page_size)
+
+
+def expand_hook(original, *args, **kwargs):
+    """AROUND hook body for :data:`TARGET`: ours, or SGLang's once ours has faulted."""
+    if not _switched_off:
+        try:
+            return expand_metadata_replacement(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's builder serves
+            switch_off(exc)
+    return original(*args, **kwargs)
 
 
 def fusable_backends(multi, forward_batch, bs, cpu_lens_needed=True):
@@ -172,11 +203,16 @@ def _step_table(multi, backends, metadata, bs):
 def fused_replay_hook(original, multi, forward_batch, bs):
     """AROUND hook body for :data:`FUSED_TARGET` (``FlashAttentionMultiStepBackend.
     init_forward_metadata_replay_cuda_graph(self, forward_batch, bs)``)."""
-    backends = fusable_backends(multi, forward_batch, bs)
-    if backends is None:
-        return original(multi, forward_batch, bs)
-    # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
-    write_fused(multi, backends, forward_batch, bs, int(forward_batch.seq_lens_cpu[:bs].max()))
+    if not _switched_off:
+        try:
+            backends = fusable_backends(multi, forward_batch, bs)
+            if backends is not None:
+                # SGLang's per-step seq_lens_cpu.max().item(), once: a CPU tensor, so no device sync.
+                write_fused(multi, backends, forward_batch, bs, int(forward_batch.seq_lens_cpu[:bs].max()))
+                return None
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
+            switch_off(exc)
+    return original(multi, forward_batch, bs)
 
 
 def write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=False):

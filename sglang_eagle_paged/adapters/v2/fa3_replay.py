@@ -15,17 +15,15 @@ backend's ``init_forward_metadata_out_graph(inner_fb, in_capture)`` the batch; t
   per-step backend's ``needs_cpu_seq_lens`` is set (the default is not), else ``max_context_len``
   (0.5.13 and 0.5.15 use other rules: :data:`~sglang_eagle_paged.releases.FA3_FUSED_V2_PROVEN`).
 
-So: ``expand`` installs the v1 REPLACE hook of the expand builder (it takes any ``cache_loc``
-width); ``fused`` adds :func:`fused_out_graph_hook`, an AROUND hook on the multi-step backend's
+So: ``expand`` installs v1's hook of the expand builder (it takes any ``cache_loc`` width); ``fused`` adds :func:`fused_out_graph_hook`, an AROUND hook on the multi-step backend's
 ``init_forward_metadata_out_graph`` that writes every step's metadata in one launch with the
 kernels' ``live_slots`` (the slice) where it writes exactly what SGLang would, and calls SGLang
 otherwise (capture, anything :func:`..common.fa3_metadata.fusable_backends` refuses, per-step
 backends that disagree on the bound).
 
-Both are AROUND hooks, so SGLang's own builder is at hand: an exception on our path (a compile
-error, anything raised on the host) never reaches the scheduler. That call and every later one
-run SGLang's builders, ours are off for the process, and one ERROR line says why. A partial write
-of ours is then overwritten by SGLang's, which writes the same buffers.
+Both are AROUND hooks with v1's fault rule (:func:`..common.fa3_metadata.switch_off`): an
+exception on our path never reaches the scheduler; SGLang's builders serve that call and every
+later one.
 """
 
 import logging
@@ -37,18 +35,6 @@ from ..common import fa3_metadata
 logger = logging.getLogger("sglang_eagle_paged")
 
 FUSED_TARGET = fa3_metadata.FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_out_graph"
-
-# Why our builders were switched off in this process (empty: they serve).
-_switched_off = []
-
-
-def switch_off(exc: Exception) -> None:
-    """SGLang's builders serve every later call; one ERROR line per process."""
-    if _switched_off:
-        return
-    _switched_off.append(f"{type(exc).__name__}: {exc}")
-    logger.error("[sglang-eagle-paged] FA3 draft metadata replacements switched off for this process, "
-                 "SGLang's own builders serve from now on: %s", _switched_off[0][:300])
 
 
 def chosen(settings: Settings, version=None) -> FA3Expand:
@@ -72,7 +58,7 @@ def hooks(settings: Settings, warm_up_targets, version=None) -> list:
     if selection is FA3Expand.OFF:
         return []
     required = settings.fa3_expand_explicit
-    out = [Hook(h.target, expand_hook, "around", h.required) for h in fa3_metadata.hooks(FA3Expand.EXPAND, required)]
+    out = fa3_metadata.hooks(FA3Expand.EXPAND, required)
     if selection is FA3Expand.FUSED and out:
         for target in (FUSED_TARGET, fa3_metadata.FA3_BACKEND):
             problem = resolvable(target)
@@ -107,16 +93,6 @@ def _max_seq_len_k(backends, forward_batch, bs):
     return out.pop() if len(out) == 1 else None
 
 
-def expand_hook(original, *args, **kwargs):
-    """AROUND hook body for the expand builder (:data:`..common.fa3_metadata.TARGET`)."""
-    if not _switched_off:
-        try:
-            return fa3_metadata.expand_metadata_replacement(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's builder serves
-            switch_off(exc)
-    return original(*args, **kwargs)
-
-
 def _wrote_fused(multi, forward_batch, bs) -> bool:
     """Every step's metadata in one launch, where that writes exactly what SGLang would."""
     backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
@@ -135,12 +111,12 @@ def _wrote_fused(multi, forward_batch, bs) -> bool:
 def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND hook body for :data:`FUSED_TARGET`."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and not _switched_off and isinstance(bs, int):
+    if not in_capture and not fa3_metadata.switched_off() and isinstance(bs, int):
         try:
             if _wrote_fused(multi, forward_batch, bs):
                 return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
-            switch_off(exc)
+            fa3_metadata.switch_off(exc)
     return original(multi, forward_batch, in_capture=in_capture)
 
 

@@ -359,6 +359,12 @@ def _recording(calls, kind, real):
     return launch
 
 
+@pytest.fixture(autouse=True)
+def serving(monkeypatch):
+    """Every test starts with our builders serving (a fault test switches them off)."""
+    monkeypatch.setattr(fa3_metadata, "_switched_off", [])
+
+
 @pytest.fixture
 def spy_kernel(monkeypatch):
     """The hook's launches, in order: ("step", args) for each per-step launch,
@@ -514,6 +520,57 @@ def test_hook_raises_where_sglang_raises(monkeypatch, spy_kernel, case):
         fa3_metadata.fused_replay_hook(SG.replay, multi, fb, 2)
 
 
+def _fail(*args, **kwargs):
+    _fail.calls += 1
+    raise RuntimeError("triton compile failed")
+
+
+def test_a_fault_in_the_fused_path_serves_sglangs_replay_and_switches_ours_off(monkeypatch, caplog):
+    """Ours raising (not SGLang) must not reach the scheduler: SGLang's replay serves that round
+    and every later one, one ERROR line."""
+    import logging
+
+    monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)  # SGLang's body, eagerly
+    monkeypatch.setattr(fa3_metadata, "draft_decode_metadata_all_steps", _fail)    # ours, not SGLang's
+    _fail.calls = 0
+    rng = random.Random(13)
+    multi = make_multi(4, 4, 16, [2, 4])
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        for bs in (2, 4, 4):
+            fb = replay_batch(rng, multi, bs, bs)
+            ref, got = copy.deepcopy(multi), copy.deepcopy(multi)
+            SG.replay(ref, copy.copy(fb), bs)
+            assert fa3_metadata.fused_replay_hook(SG.replay, got, copy.copy(fb), bs) is None
+            assert_same_state(ref, got, bs)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "switched off for this process" in errors[0] and "triton compile failed" in errors[0]
+    assert _fail.calls == 1  # ours stays off after its fault
+
+
+def test_a_fault_in_the_expand_replacement_serves_sglangs_builder(monkeypatch, caplog):
+    """The eager draft steps' builder: SGLang's replay with its expand builder wrapped as the
+    AROUND hook wraps it; ours raising leaves SGLang's result."""
+    import logging
+
+    multi = make_multi(8, 5, 64, [3])
+    fb = replay_batch(random.Random(14), multi, 3, 3)
+    ref = copy.deepcopy(multi)
+    with monkeypatch.context() as m:
+        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
+        SG.replay(ref, copy.copy(fb), 3)
+    monkeypatch.setattr(fa3_metadata, "expand_draft_page_table", _fail)  # ours, not SGLang's
+    _fail.calls = 0
+    got = copy.deepcopy(multi)
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        monkeypatch.setattr(fa3, "draft_decode_set_expand_metadata",
+                            lambda *a, **kw: fa3_metadata.expand_hook(SG.expand_eager, *a, **kw))
+        SG.replay(got, copy.copy(fb), 3)
+        SG.replay(copy.deepcopy(multi), copy.copy(fb), 3)
+    assert_same_state(ref, got, 3)
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fa3_metadata.switched_off()
+    assert _fail.calls == 1
+
+
 # ---------------------------------------------------------------- 3. fallback to SGLang
 
 def _spy_original():
@@ -619,7 +676,7 @@ def test_targets_resolve_in_this_sglang():
     assert resolvable(fa3_metadata.FA3_EXPAND_METADATA) is None
     assert resolvable(fa3_metadata.FA3_MODULE + ".no_such_builder") is not None
     hooks = fa3_metadata.hooks(FA3Expand.FUSED, required=True)
-    assert [(h.target, h.kind) for h in hooks] == [(fa3_metadata.FA3_EXPAND_METADATA, "replace"),
+    assert [(h.target, h.kind) for h in hooks] == [(fa3_metadata.FA3_EXPAND_METADATA, "around"),
                                                    (fa3_metadata.FA3_MULTI_STEP_REPLAY, "around")]
 
 

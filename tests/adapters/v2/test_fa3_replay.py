@@ -65,7 +65,7 @@ def replay_batch(rng, multi, raw_bs, bs):
 @pytest.fixture(autouse=True)
 def serving(monkeypatch):
     """Every test starts with our builders serving (a fault test switches them off)."""
-    monkeypatch.setattr(fa3_replay, "_switched_off", [])
+    monkeypatch.setattr(fa3_metadata, "_switched_off", [])
 
 
 @pytest.fixture
@@ -204,11 +204,11 @@ def test_a_fault_in_the_expand_replacement_serves_sglangs_builder(monkeypatch, c
     with pytest.MonkeyPatch.context() as m, caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         # SGLang's replay with its expand builder wrapped as the AROUND hook wraps it
         m.setattr(fa3, "draft_decode_set_expand_metadata",
-                  lambda *a, **kw: fa3_replay.expand_hook(SG.expand_eager, *a, **kw))
+                  lambda *a, **kw: fa3_metadata.expand_hook(SG.expand_eager, *a, **kw))
         SG.out_graph(got, copy.copy(fb))
         SG.out_graph(copy.deepcopy(multi), copy.copy(fb))
     assert_same_state(ref, got, 3)
-    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fa3_replay._switched_off
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fa3_metadata.switched_off()
 
 
 # ---------------------------------------------------------------- selection and registration
