@@ -121,7 +121,7 @@ def test_fused_hook_matches_sglang_replay(launches):
 
 
 def test_expand_replacement_matches_sglang_replay():
-    """``expand`` alone: SGLang's own replay, its expand builder our REPLACE hook body."""
+    """``expand`` alone: SGLang's own replay, its expand builder our replacement."""
     rng = random.Random(5)
     for c, (topk, steps, page) in enumerate(((4, 3, 16), (8, 5, 64), (2, 6, 4))):
         multi = make_multi(topk, steps, page, [1, 3], seed=c)
