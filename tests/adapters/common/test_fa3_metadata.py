@@ -520,6 +520,15 @@ def test_hook_raises_where_sglang_raises(monkeypatch, spy_kernel, case):
         fa3_metadata.fused_replay_hook(SG.replay, multi, fb, 2)
 
 
+def sglang_replayed(multi, fb, bs):
+    """A copy of ``multi`` after SGLang's own replay, its expand builder run eagerly."""
+    ref = copy.deepcopy(multi)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
+        SG.replay(ref, copy.copy(fb), bs)
+    return ref
+
+
 def _fail(*args, **kwargs):
     _fail.calls += 1
     raise RuntimeError("triton compile failed")
@@ -554,10 +563,7 @@ def test_a_fault_in_the_expand_replacement_serves_sglangs_builder(monkeypatch, c
 
     multi = make_multi(8, 5, 64, [3])
     fb = replay_batch(random.Random(14), multi, 3, 3)
-    ref = copy.deepcopy(multi)
-    with monkeypatch.context() as m:
-        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
-        SG.replay(ref, copy.copy(fb), 3)
+    ref = sglang_replayed(multi, fb, 3)
     monkeypatch.setattr(fa3_metadata, "expand_draft_page_table", _fail)  # ours, not SGLang's
     _fail.calls = 0
     got = copy.deepcopy(multi)
@@ -686,10 +692,7 @@ def test_fused_registration_through_hook_registry(monkeypatch, spy_kernel):
     cls = fa3.FlashAttentionMultiStepBackend
     multi = make_multi(4, 3, 16, [2])
     fb = replay_batch(random.Random(2), multi, 2, 2)
-    ref = copy.deepcopy(multi)
-    with monkeypatch.context() as m:
-        m.setattr(fa3, "draft_decode_set_expand_metadata", SG.expand_eager)
-        SG.replay(ref, copy.copy(fb), 2)
+    ref = sglang_replayed(multi, fb, 2)
     from sglang_eagle_paged.hooks import install
     from sglang_eagle_paged.settings import FA3Expand
 
