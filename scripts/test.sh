@@ -19,8 +19,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_reference.py
           tests/kernels/test_tree_extension.py tests/bench/test_reliability.py tests/bench/test_bench_kernels.py)
 
-# releases.FA3_FUSED_V2_PROVEN starts at 0.5.17 on the strength of this file run on 0.5.17's own source.
-V517_TESTS=(tests/adapters/v2/test_fa3_replay.py)
+# releases.FA3_FUSED_V2_PROVEN and FA3_IN_PLACE_PROVEN start at 0.5.17 on the strength of these files run
+# on 0.5.17's own source.
+V517_TESTS=(tests/adapters/v2/test_fa3_replay.py tests/adapters/v2/test_fa3_in_place.py)
 
 PARTS="${TEST_PARTS:-v2 v1 v517}"
 t0=$SECONDS

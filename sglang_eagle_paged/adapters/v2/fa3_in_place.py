@@ -101,20 +101,33 @@ def not_covered(backend) -> str | None:
         ("has_swa", True, "sliding-window attention"),
         ("use_sliding_window_kv_pool", True, "a sliding-window pool"),
         ("local_attn_builder", None, "chunked local attention"),
+        ("has_local_attention", True, "chunked local attention"),  # 0.5.17 has no builder object
         ("_kv_shard_pool", None, "KV sharding"),
     )
     for attr, bad, what in checks:
         value = getattr(backend, attr, bad)
         if (value is not None) if bad is None else bool(value):
             return f"{what} is not covered by the proof"
-    translator = getattr(backend, "kv_index_translator", None)
-    if translator is None or getattr(translator, "is_translating", True):
+    if _translated(backend):
         return "translated KV reads are not covered by the proof"
     if (getattr(backend, "attn_cp_size", 1) or 1) > 1:
         return "attention context parallelism is not covered by the proof"
     if os.environ.get(_HND_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return f"{_HND_ENV} (HND pool layout) is not covered by the proof"
     return None
+
+
+def _translated(backend) -> bool:
+    """Whether the backend's ``req_to_token`` ids are not the KV buffer's own slots (or we cannot
+    tell). 0.5.23: its ``KVIndexTranslator`` says (unified pools, a fused draft). 0.5.17 has no
+    translator: its ids are virtual only on the unified pool, whose allocator hooks ``__init__``
+    keeps as ``_unified_hooks`` (enabled: the allocator has a virtual-to-physical page table);
+    its sliding-window pool is refused above (``use_sliding_window_kv_pool``)."""
+    if hasattr(backend, "kv_index_translator"):
+        translator = backend.kv_index_translator
+        return translator is None or getattr(translator, "is_translating", True)
+    hooks = getattr(backend, "_unified_hooks", None)
+    return hooks is None or getattr(hooks, "enabled", True)
 
 
 def after_backend_init(result, backend, *args, **kwargs):

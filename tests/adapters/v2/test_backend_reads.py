@@ -23,7 +23,6 @@ kernels under TRITON_INTERPRET=1):
 import importlib.util
 import math
 import os
-import random
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,128 +38,23 @@ pytest.importorskip("sglang")
 ewc = pytest.importorskip("sglang.srt.speculative.eagle_worker_common")
 if not hasattr(ewc, "prepare_for_draft") or not hasattr(ewc, "duplicate_prefix_tail_to_draft_branches"):
     pytest.skip("needs SGLang 0.5.16+ (module-level prepare_for_draft)", allow_module_level=True)
+# These readers take 0.5.23's KVIndexTranslator (0.5.17's read req_to_token ids themselves).
+pytest.importorskip("sglang.srt.mem_cache.kv_index_translator")
 
 from sglang.kernels.ops.speculative import cache_locs  # noqa: E402
 from sglang.srt.layers.attention import flashinfer_backend as fib  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
-from sglang.srt.layers.attention import flashattention_backend as fa3b  # noqa: E402
 from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd  # noqa: E402
-from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # noqa: E402
 
-from helpers.sglang_source import undecorated  # noqa: E402
+from helpers.draft_tree import (  # noqa: E402
+    HEAD_DIM, HEADS, UNALLOCATED, draft_decode_set_expand_metadata, expected_reads, make_case,
+    plain_translator, prepare_for_draft)
 
 torch.set_num_threads(1)
 
-# The function as written, not its torch.compile wrapper (which recompiles per shape on CPU).
-draft_decode_set_expand_metadata = undecorated(
-    fa3b.draft_decode_set_expand_metadata, "draft_decode_set_expand_metadata")
-
-HEADS, HEAD_DIM = 1, 8  # the interpreter runs one program per (branch, head, split)
-UNALLOCATED = -1  # req_to_token beyond a request's allocation: a read of it is a layout bug
-
-
-# --------------------------------------------------------------------------- the tree
-
-
-def _alloc_len_per_decode(page, topk, steps, draft_tokens):
-    # sglang/srt/mem_cache/allocation_sizing.py:get_alloc_len_per_decode, page > 1 and topk > 1
-    per_branch_pages = ((page - 1) + steps + page - 1) // page
-    return max(per_branch_pages * page * topk, draft_tokens)
-
-
-def _case(seed, bs, topk, page, steps, prefix_kind):
-    rng = random.Random(seed)
-    draft_tokens = rng.randint(2, topk * steps + 1)
-    if prefix_kind == "aligned":
-        lens = [page * rng.randint(1, 4) for _ in range(bs)]
-    elif prefix_kind == "one":
-        lens = [1] * bs
-    elif prefix_kind == "tail":  # page - 1 prefix-tail slots: the most copied
-        lens = [page * rng.randint(0, 3) + page - 1 for _ in range(bs)]
-    elif prefix_kind == "long":  # more than one 512-token block for flashinfer's tiled launch
-        lens = [rng.randint(1030, 1300) for _ in range(bs)]
-    else:
-        lens = [rng.randint(1, 5 * page) for _ in range(bs)]
-    reserve = 2 * _alloc_len_per_decode(page, topk, steps, draft_tokens)  # get_alloc_reserve_per_decode
-    # page_aligned_decode_alloc_lens: whole pages covering committed + reserve
-    alloc = [-(-(n + reserve) // page) * page for n in lens]
-    row_width = max(alloc) + page
-    max_reqs = bs + 3
-    num_pages = sum(a // page for a in alloc) + 8
-    free = list(range(1, num_pages + 1))  # page 0: SGLang's padding page
-    rng.shuffle(free)
-    req_pool_indices = rng.sample(range(max_reqs), bs)
-    r2t = torch.full((max_reqs, row_width), UNALLOCATED, dtype=torch.int32)
-    prev_pages = None
-    for b, (n, a) in enumerate(zip(lens, alloc)):
-        pages = [free.pop() for _ in range(a // page)]
-        if prev_pages is not None and rng.random() < 0.5:
-            shared = min(n // page, prev_full)  # the radix cache shares full prefix pages only
-            pages[:shared] = prev_pages[:shared]
-        prev_pages, prev_full = pages, n // page
-        pos = torch.arange(a)
-        r2t[req_pool_indices[b], :a] = (torch.tensor(pages)[pos // page] * page + pos % page).int()
-    pool = MHATokenToKVPool(
-        (num_pages + 1) * page, page, torch.float32, HEADS, HEAD_DIM, 1, "cpu",
-        enable_memory_saver=False, enable_alt_stream=False, enable_kv_cache_copy=True,
-    )
-    g = torch.Generator().manual_seed(seed)
-    for buf in pool.k_buffer + pool.v_buffer:
-        buf.copy_(torch.randn(buf.shape, generator=g))
-    return SimpleNamespace(
-        bs=bs, topk=topk, page=page, steps=steps, lens=lens, r2t=r2t, pool=pool,
-        req_pool_indices=torch.tensor(req_pool_indices, dtype=torch.int64),
-        seq_lens=torch.tensor(lens, dtype=torch.int64), rng=rng,
-    )
-
-
-def _prepare_for_draft(case, monkeypatch):
-    """SGLang's own draft preparation (paged branch): out_cache_loc, positions and the
-    pairs its duplication hands to the pool's ``move_kv_cache``."""
-    moves = []
-    original = case.pool.move_kv_cache
-
-    def recording_move(tgt, src):
-        moves.append((tgt.clone(), src.clone()))
-        return original(tgt, src)
-
-    monkeypatch.setattr(case.pool, "move_kv_cache", recording_move)
-    # ForwardBatch.init_new needs a whole model runner; the paged branch runs before it.
-    monkeypatch.setattr(ewc, "ForwardBatch", SimpleNamespace(init_new=lambda batch, runner, **kw: batch))
-    batch = SimpleNamespace(
-        forward_mode=SimpleNamespace(is_idle=lambda: False),
-        seq_lens=case.seq_lens.clone(), seq_lens_cpu=case.seq_lens.clone(),
-        req_pool_indices=case.req_pool_indices.clone(), device="cpu",
-        token_to_kv_pool_allocator=SimpleNamespace(page_size=case.page),
-        out_cache_loc=None,
-    )
-    draft_input = SimpleNamespace()
-    runner = SimpleNamespace(
-        token_to_kv_pool=case.pool,
-        spec_algorithm=SimpleNamespace(is_standalone=lambda: False),
-        model_config=SimpleNamespace(model_is_mrope=False),
-    )
-    ewc.prepare_for_draft(
-        draft_input, SimpleNamespace(req_to_token=case.r2t), batch, None, runner,
-        case.topk, case.steps,
-    )
-    tgt = torch.cat([t for t, _ in moves]) if moves else torch.empty(0, dtype=torch.int64)
-    src = torch.cat([s for _, s in moves]) if moves else torch.empty(0, dtype=torch.int64)
-    return SimpleNamespace(out_cache_loc=batch.out_cache_loc, positions=draft_input.positions,
-                           tgt=tgt, src=src)
-
 
 # --------------------------------------------------------------------------- the readers
-
-
-def _translator(r2t):
-    """SGLang's KVIndexTranslator as it is for a plain pool: no id space translates reads."""
-    t = object.__new__(KVIndexTranslator)
-    t._spaces = {}
-    t.req_to_token = r2t
-    return t
 
 
 def _forward_batch(case, prep):
@@ -188,7 +82,7 @@ def _triton_indices(case, prep):
     be = object.__new__(trb.TritonMultiStepDraftBackend)
     be.topk, be.speculative_num_steps, be.page_size = case.topk, case.steps, case.page
     be.max_context_len = case.r2t.shape[1]
-    be.kv_index_translator = _translator(case.r2t)
+    be.kv_index_translator = plain_translator(case.r2t)
     be.kv_indptr = torch.zeros((case.steps, _max_bs(case) + 1), dtype=torch.int32)
     be.draft_window_size = be.draft_sink_size = 0
     be.window_rail, be.cuda_graph_window_kv_indices = False, None
@@ -208,7 +102,7 @@ def _flashinfer_indices(case, prep, monkeypatch, host_indptr):
     be.topk, be.speculative_num_steps, be.page_size = case.topk, case.steps, case.page
     be.generate_draft_decode_kv_indices = cache_locs.generate_draft_decode_kv_indices
     be.pool_len = case.r2t.shape[1]
-    be.kv_index_translator = _translator(case.r2t)
+    be.kv_index_translator = plain_translator(case.r2t)
     be.kv_indptr = torch.zeros((case.steps, _max_bs(case) + 1), dtype=torch.int32)
     be.draft_window_size = be.draft_sink_size = 0
     width = draft_kv_indices_buffer_width(case.bs, case.topk, be.pool_len)
@@ -260,17 +154,6 @@ def _fa3_read_slots(case, prep):
     return torch.cat(reads)
 
 
-def _expected_reads(case, prep, step):
-    """What a branch should read at draft step ``step``: its prefix, then its own draft slots."""
-    loc = prep.out_cache_loc.view(case.bs, case.topk, case.steps)
-    out = []
-    for b in range(case.bs):
-        row = case.r2t[int(case.req_pool_indices[b])]
-        for t in range(case.topk):
-            out.append(torch.cat([row[: case.lens[b]].long(), loc[b, t, : step + 1].long()]))
-    return out
-
-
 def _hits(reads, targets):
     return int(torch.isin(reads, targets).sum())
 
@@ -300,8 +183,8 @@ def _case_id(c):
 
 @pytest.fixture(params=CASES, ids=_case_id)
 def prepared(request, monkeypatch):
-    case = _case(*request.param)
-    return case, _prepare_for_draft(case, monkeypatch)
+    case = make_case(*request.param)
+    return case, prepare_for_draft(case, monkeypatch)
 
 
 # triton's launch and flashinfer's tiled (host-indptr) launch on every case; flashinfer's
@@ -329,15 +212,15 @@ def test_copy_targets_are_the_holes(prepared):
 
 @pytest.mark.parametrize("params, reader", READERS, ids=[f"{_case_id(c)}-{r}" for c, r in READERS])
 def test_flashinfer_and_triton_never_read_a_copied_slot(params, reader, monkeypatch):
-    case = _case(*params)
-    prep = _prepare_for_draft(case, monkeypatch)
+    case = make_case(*params)
+    prep = prepare_for_draft(case, monkeypatch)
     if reader == "triton":
         seen = _triton_indices(case, prep)
     else:
         seen = _flashinfer_indices(case, prep, monkeypatch, host_indptr=reader.endswith("indptr"))
     assert [i for i, _, _ in seen] == list(range(case.steps - 1))
     for i, indptr, indices in seen:  # each branch reads its prefix, then its own draft slots
-        expected = _expected_reads(case, prep, i)
+        expected = expected_reads(case, prep, i)
         got = [indices[int(indptr[z]): int(indptr[z + 1])].long() for z in range(len(expected))]
         assert all(torch.equal(g, e) for g, e in zip(got, expected)), f"step {i}"
     reads = _read_slots(seen)
@@ -371,8 +254,8 @@ def test_triton_decode_output_does_not_depend_on_the_copy(params, monkeypatch):
     the pool after SGLang's copy and on one where every copy target is NaN; reading the
     tree fa3's way (a branch's first page from offset 0) is right with the copy and NaN
     without it. The draft's last decode step: the most draft slots per branch."""
-    case = _case(*params)
-    prep = _prepare_for_draft(case, monkeypatch)
+    case = make_case(*params)
+    prep = prepare_for_draft(case, monkeypatch)
     assert prep.tgt.numel() > 0
     pool_on = case.pool  # prepare_for_draft ran SGLang's copy on it
     k_fake, v_fake = pool_on.k_buffer[0].clone(), pool_on.v_buffer[0].clone()
@@ -465,8 +348,8 @@ def _extra_kernels():
 @pytest.mark.parametrize("kernel", _extra_kernels())
 @pytest.mark.parametrize("seed", [2, 8, 11])
 def test_other_release_kernel_never_reads_a_copied_slot(kernel, seed, monkeypatch):
-    case = _case(*next(c for c in CASES if c[0] == seed))
-    prep = _prepare_for_draft(case, monkeypatch)
+    case = make_case(*next(c for c in CASES if c[0] == seed))
+    prep = prepare_for_draft(case, monkeypatch)
     bs = case.bs * case.topk
     width = draft_kv_indices_buffer_width(case.bs, case.topk, case.r2t.shape[1])
     indices = torch.full((case.steps, width), -7, dtype=torch.int64)
@@ -478,7 +361,7 @@ def test_other_release_kernel_never_reads_a_copied_slot(kernel, seed, monkeypatc
     kernel[(case.steps, case.bs, case.topk)](*common)  # row stride / pool_len: same position
     seen = [(i, indptr[i, : bs + 1], indices[i]) for i in range(case.steps - 1)]
     for i, ip, ix in seen:
-        expected = _expected_reads(case, prep, i)
+        expected = expected_reads(case, prep, i)
         got = [ix[int(ip[z]): int(ip[z + 1])] for z in range(len(expected))]
         assert all(torch.equal(g, e) for g, e in zip(got, expected)), f"step {i}"
     assert _hits(_read_slots(seen), prep.tgt) == 0

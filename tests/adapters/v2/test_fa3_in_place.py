@@ -4,7 +4,7 @@ every draft step, and ours reads only the prefix and the branch's own draft slot
 
 SGLang's own code decides everything but the attention arithmetic, run on CPU:
 
-- the tree, the rows and the copy targets: ``test_backend_reads``'s cases (SGLang's allocation
+- the tree, the rows and the copy targets: ``helpers.draft_tree``'s cases (SGLang's allocation
   sizes, shared prefix pages) and SGLang's ``prepare_for_draft`` on a real ``MHATokenToKVPool``
   (bf16), its copy recorded;
 - both passes' metadata: ``FlashAttentionBackend.init_forward_metadata`` itself (eager, the
@@ -12,8 +12,14 @@ SGLang's own code decides everything but the attention arithmetic, run on CPU:
   counterpart (``init_cuda_graph_state``, then ``init_forward_metadata_out_graph`` capturing,
   then replaying), then for ours the AFTER hooks :mod:`fa3_in_place` installs on them, called
   as SGLang's HookRegistry calls them;
-- the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` (the view both of SGLang's
-  calls get), through our AROUND hook on ``flash_attn_with_kvcache`` for ours.
+- the KV views: ``FlashAttentionBackend.get_paged_mha_kv_cache`` where the release has it
+  (0.5.23), else the view ``forward_decode`` takes inline (0.5.17: ``get_kv_buffer`` viewed
+  ``(-1, page_size, heads, dim)``), the one both of SGLang's calls get; through our AROUND hook
+  on ``flash_attn_with_kvcache`` for ours.
+
+It runs on each release with that release's own code: 0.5.23 (``.venv``) and 0.5.17
+(``.venv-517``, scripts/test.sh's v517 part), whose builders differ (docs/backend_reads.md,
+"fa3 in place on 0.5.17").
 
 FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
 reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
@@ -24,7 +30,6 @@ merged as ``merge_state_v2`` merges them.
 import math
 import random
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -32,12 +37,21 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sglang")
 fa3b = pytest.importorskip("sglang.srt.layers.attention.flashattention_backend")
+ewc = pytest.importorskip("sglang.srt.speculative.eagle_worker_common")
+if not hasattr(ewc, "prepare_for_draft") or not hasattr(ewc, "duplicate_prefix_tail_to_draft_branches"):
+    pytest.skip("needs SGLang 0.5.16+ (module-level prepare_for_draft)", allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_backend_reads import (  # noqa: E402
-    HEAD_DIM, HEADS, _case, _expected_reads, _prepare_for_draft, _translator, draft_decode_set_expand_metadata)
+from helpers.draft_tree import (  # noqa: E402
+    HEAD_DIM, HEADS, draft_decode_set_expand_metadata, expected_reads, make_case, plain_translator,
+    prepare_for_draft)
 
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
+
+try:  # 0.5.17: the unified pool's hooks stand where 0.5.23's KVIndexTranslator does
+    from sglang.srt.layers.attention.unified_mem_hooks import unified_mla_hooks
+except ImportError:  # 0.5.23
+    unified_mla_hooks = None
 
 from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
 from sglang_eagle_paged.adapters.v2.fa3_in_place import (  # noqa: E402
@@ -117,14 +131,22 @@ def _backend(case, step_id):
     be.req_to_token_pool = SimpleNamespace(req_to_token=case.r2t)
     be.req_to_token = case.r2t
     be.token_to_kv_pool = case.pool
-    be.kv_index_translator = _translator(case.r2t)
-    be.kv_index_translator.is_translating = False
     be.use_sliding_window_kv_pool = False
     be._kv_shard_pool = None
     be.local_attn_builder = None  # no chunked local attention (llama4): SGLang checks it
     be.is_prefill_aware_swa = False
     be.use_mla, be.attn_cp_size, be.is_draft_runner = False, 1, True
     be.has_swa, be.fa_impl_ver = False, 3
+    be.has_local_attention = False  # 0.5.17's name for local attention (0.5.23 derives it too)
+    translator = plain_translator(case.r2t)
+    if translator is not None:  # 0.5.23
+        translator.is_translating = False
+        be.kv_index_translator = translator
+    else:  # 0.5.17: no translator; __init__ asks the allocator whether ids are virtual (MLA only)
+        allocator = PagedTokenToKVPoolAllocator(case.pool.size, case.page, torch.float32, "cpu", case.pool,
+                                                need_sort=False)  # a plain pool's allocator
+        be._unified_hooks = unified_mla_hooks(allocator)
+        be._unified_dense = be._unified_hooks.enabled and be.use_mla
     be.forward_metadata_spec_decode_expand = None
     return be
 
@@ -139,7 +161,8 @@ def _expand_builder_as_written(monkeypatch):
 def _forward_batch(case, prep):
     return SimpleNamespace(
         forward_mode=ForwardMode.DECODE, batch_size=case.bs, seq_lens=case.seq_lens.clone(),
-        seq_lens_cpu=case.seq_lens.clone(), req_pool_indices=case.req_pool_indices.clone(),
+        seq_lens_cpu=case.seq_lens.clone(), seq_lens_sum=int(case.seq_lens.sum()),
+        req_pool_indices=case.req_pool_indices.clone(),
         out_cache_loc=prep.out_cache_loc, spec_info=SimpleNamespace(), encoder_lens=None,
         kv_loc_plan=None, positions=torch.zeros(case.bs * case.topk, dtype=torch.int64),
     )
@@ -189,7 +212,12 @@ def _paged_kv(be, k, v):
     """The backend's paged view of the pool's layer-0 buffers after writing ``k``, ``v`` into them."""
     be.token_to_kv_pool.k_buffer[0].copy_(k)
     be.token_to_kv_pool.v_buffer[0].copy_(v)
-    return be.get_paged_mha_kv_cache(LAYER)
+    if hasattr(be, "get_paged_mha_kv_cache"):  # 0.5.23
+        return be.get_paged_mha_kv_cache(LAYER)
+    # 0.5.17 has no accessor: forward_decode's MHA branch views get_kv_buffer inline, so.
+    key_cache, value_cache = be.token_to_kv_pool.get_kv_buffer(LAYER.layer_id)
+    return (key_cache.view(-1, be.page_size, LAYER.tp_k_head_num, LAYER.head_dim),
+            value_cache.view(-1, be.page_size, LAYER.tp_v_head_num, LAYER.v_head_dim))
 
 
 # --------------------------------------------------------------------------- the cases
@@ -218,10 +246,10 @@ def _case_id(c):
 
 
 def _bf16_case(params, monkeypatch):
-    case = _case(*params)
+    case = make_case(*params)
     for buf in case.pool.k_buffer + case.pool.v_buffer:  # bf16 KV, as served
         buf.copy_(buf.bfloat16().float())
-    prep = _prepare_for_draft(case, monkeypatch)
+    prep = prepare_for_draft(case, monkeypatch)
     return case, prep
 
 
@@ -249,7 +277,7 @@ def test_in_place_reads_give_sglangs_attention_without_the_copy(params, builder,
 
         assert torch.isfinite(out).all(), f"step {step}: a hole was read"
         torch.testing.assert_close(out, theirs, rtol=2 ** -8, atol=2 ** -8, msg=f"step {step}")
-        expected = _expected_reads(case, prep, step)
+        expected = expected_reads(case, prep, step)
         for z, (got, want) in enumerate(zip(our_reads, expected, strict=True)):
             assert torch.equal(got, want), f"step {step} branch {z}"
 
@@ -275,11 +303,18 @@ def test_sglangs_split_over_the_uncopied_kv_is_wrong(params, builder, monkeypatc
 # --------------------------------------------------------------------------- the glue
 
 
+ABSENT = object()  # the attribute is not there at all (0.5.17 has no kv_index_translator)
+ON_517 = {"kv_index_translator": ABSENT}
+
+
 def _draft_backend(**kw):
     be = SimpleNamespace(is_draft_runner=True, topk=4, page_size=16, use_mla=False, has_swa=False, fa_impl_ver=3,
-                         use_sliding_window_kv_pool=False, local_attn_builder=None, _kv_shard_pool=None,
+                         use_sliding_window_kv_pool=False, local_attn_builder=None, has_local_attention=False,
+                         _kv_shard_pool=None,
                          kv_index_translator=SimpleNamespace(is_translating=False), attn_cp_size=1)
     vars(be).update(kw)
+    for name in [k for k, v in vars(be).items() if v is ABSENT]:
+        delattr(be, name)
     return be
 
 
@@ -293,6 +328,11 @@ def _draft_backend(**kw):
     ([{"attn_cp_size": 2}], False),
     ([{"fa_impl_ver": 4}], False),
     ([{"has_swa": True}], False),
+    ([{"has_local_attention": True}], False),
+    # 0.5.17: no translator; the unified pool's allocator hooks say whether ids are virtual
+    ([{**ON_517, "_unified_hooks": SimpleNamespace(enabled=False)}] * 2, True),
+    ([{**ON_517, "_unified_hooks": SimpleNamespace(enabled=True)}], False),
+    ([ON_517], False),  # neither: cannot tell, so copy
     ([{}, {"is_draft_runner": False, "use_mla": True}], True),  # the target's backend: not drafting
 ])
 def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
@@ -313,6 +353,22 @@ def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backe
     if in_place:
         multi.attn_backends[0].dcp_size = 2  # decode context parallelism: not in the proof
         assert readers.copy_needed(multi)[0] is True
+
+
+def test_sglangs_own_backend_is_covered_until_its_reads_are_translated(monkeypatch):
+    """``not_covered`` on the backend the proof above builds (SGLang's class, with the installed
+    release's own translator: 0.5.23's ``KVIndexTranslator``, or 0.5.17's ``unified_mla_hooks`` of
+    a real paged allocator), then with that release's translation switched on."""
+    monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
+    be = _backend(make_case(*CASES[0]), 0)
+    assert fa3_in_place.not_covered(be) is None
+    if hasattr(be, "kv_index_translator"):  # 0.5.23: a unified pool or a fused draft
+        be.kv_index_translator.is_translating = True
+    else:  # 0.5.17: an allocator with a virtual-to-physical page table (the unified pool)
+        assert not hasattr(fa3b.FlashAttentionBackend, "get_paged_mha_kv_cache")
+        be._unified_hooks = unified_mla_hooks(SimpleNamespace(full_v2p_page_table=torch.zeros(4, dtype=torch.int32)))
+        assert be._unified_hooks.enabled
+    assert "translated" in fa3_in_place.not_covered(be)
 
 
 def test_an_hnd_pool_keeps_the_copy(monkeypatch):
@@ -337,9 +393,10 @@ def test_the_hooks_follow_the_setting_and_the_release():
 
     assert targets({}) == set()  # off by default
     assert targets({settings.FA3_IN_PLACE: "1", settings.MODE: "fake"}) == set()
-    assert targets({settings.FA3_IN_PLACE: "1"}, "0.5.17") == set()  # not proven there: copy as before
+    assert targets({settings.FA3_IN_PLACE: "1"}, "0.5.16") == set()  # not proven there: copy as before
     on = targets({settings.FA3_IN_PLACE: "1"})
     assert on == set(fa3_in_place.TARGETS.values())
+    assert targets({settings.FA3_IN_PLACE: "1"}, "0.5.17") == on  # this file's proof runs there too
     assert all(hooks.resolvable(t) is None for t in on)
 
 
