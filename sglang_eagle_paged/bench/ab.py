@@ -29,7 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   retractions_of, server_args, warmup_mixes)
 from . import cpu_pinning, kv_sizing, triton_cache
 from . import gc_stats
-from .mtbench import Client, load_questions, require_chat_template, run_benchmark, sized
+from .mtbench import Client, in_flight, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
@@ -336,6 +336,10 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     all_questions = load_questions(question_file, None)
     questions = sized(all_questions, num_questions)
     warmup_questions = _warmup_questions(all_questions, warmup)
+    for par in (parallel, *more_parallel):
+        if in_flight(par, len(questions)) < par:
+            print(f"[ab] parallel {par} over {len(questions)} conversations: at most {len(questions)} requests "
+                  f"in flight (one client thread per conversation; --questions {par} keeps {par})", flush=True)
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos, tokenizer=tokenizer)
     if (swap_cpus or isolate_scheduler) and not pin_cpus:
         raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
@@ -416,10 +420,17 @@ def _rounds_text(results: dict) -> str:
     return f"{done} of {asked} rounds (ABBA; interrupted before the rest)"
 
 
+def _capped_text(results: dict) -> str:
+    n, top = results["num_questions"], max((results["parallel"], *results.get("more_parallel", ())))
+    if in_flight(top, n) == top:
+        return ""
+    return f" (one client thread per conversation: at most {in_flight(top, n)} requests in flight)"
+
+
 def markdown(results: dict) -> str:
     levels = ", ".join(str(p) for p in (results["parallel"], *results.get("more_parallel", ())))
     lines = [_rounds_text(results) + f", {results['num_questions']} questions at parallel "
-             f"{levels}" + (f", {results['parallel1_questions']} at parallel 1"
+             f"{levels}" + _capped_text(results) + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
              + "; ratio = geometric mean of B/A per round, 95% t-interval; retractions: the servers' \"KV cache "

@@ -394,6 +394,12 @@ def metadata(server_info: dict | None, extra: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- one run
 
+def in_flight(parallel: int, conversations: int) -> int:
+    """The most requests a pass keeps in flight: one client thread runs one conversation's turns in
+    order, so ``parallel`` above the number of conversations adds threads with nothing to send."""
+    return max(1, min(parallel, conversations))
+
+
 def run_benchmark(
     base_url: str,
     questions: Sequence[dict],
@@ -425,7 +431,8 @@ def run_benchmark(
         bar.close()
     records.sort(key=lambda r: (str(r["question_id"]).zfill(8), r["turn"]))
     return {
-        "metadata": metadata(info, {"base_url": base_url, "parallel": parallel, "max_new_tokens": max_new_tokens,
+        "metadata": metadata(info, {"base_url": base_url, "parallel": parallel,
+                                    "in_flight_max": in_flight(parallel, len(questions)), "max_new_tokens": max_new_tokens,
                                     "tokenizer": tokenizer, "num_questions": len(questions),
                                     **(extra_metadata or {})}),
         "server": server_info_summary(info),

@@ -202,6 +202,14 @@ def test_more_parallelisms_are_levels_of_every_round_over_more_conversations_tha
     assert f"{n} questions at parallel 2, 4" in ab.markdown(res).splitlines()[0]
 
 
+def test_the_header_says_when_the_conversations_cap_the_requests_in_flight():
+    res = {"rounds": 1, "num_questions": 32, "parallel": 64, "parallel1_questions": 0, "max_new_tokens": 8,
+           "pairs": {}}
+    assert "at most 32 requests in flight" in ab.markdown(res).splitlines()[0]
+    assert "in flight" not in ab.markdown({**res, "parallel": 16}).splitlines()[0]
+    assert "at most 32 requests in flight" in ab.markdown({**res, "parallel": 16, "more_parallel": [128]})
+
+
 def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatch, tmp_path, fake_server):  # noqa: F811
     url, _ = fake_server
 

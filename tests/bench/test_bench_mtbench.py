@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
@@ -225,6 +226,43 @@ def test_client_against_fake_server(fake_server, question_file, tmp_path):
     text = m.read_text()
     assert "| 6 | 0 | 3.000 |" in text
     assert "nospec" in text
+
+
+class CountingSGLang(FakeSGLang):
+    """FakeSGLang that holds each /generate a moment and records the most requests in flight at once."""
+
+    busy = 0
+    most = 0
+
+    def do_POST(self):
+        with self.lock:
+            CountingSGLang.busy += 1
+            CountingSGLang.most = max(CountingSGLang.most, CountingSGLang.busy)
+        try:
+            time.sleep(0.2)
+            super().do_POST()
+        finally:
+            with self.lock:
+                CountingSGLang.busy -= 1
+
+
+@pytest.mark.parametrize("parallel", [2, 8])
+def test_a_pass_keeps_at_most_one_request_per_conversation_in_flight(question_file, parallel):
+    # Both turns of a conversation run in order on one client thread, so a parallelism above the
+    # number of conversations cannot be reached; the pass's metadata says what it could reach.
+    FakeSGLang.prompts, CountingSGLang.busy, CountingSGLang.most = [], 0, 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), CountingSGLang)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        qs = mtbench.load_questions(question_file)
+        result = mtbench.run_benchmark(f"http://127.0.0.1:{httpd.server_address[1]}", qs, parallel=parallel,
+                                       max_new_tokens=8, progress=False)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    expected = min(parallel, len(qs))
+    assert result["metadata"]["in_flight_max"] == expected == mtbench.in_flight(parallel, len(qs))
+    assert CountingSGLang.most == expected
 
 
 def test_cli_run_writes_outputs(fake_server, question_file, tmp_path):
