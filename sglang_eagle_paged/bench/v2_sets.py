@@ -9,6 +9,7 @@ Sets, most important first within each (a cut-short run keeps the head):
   correct   point 1-3: outputs, acceptance, host syncs (the probe), compiles after warm-up
   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
   fa3meta   ours with the fused FA3 draft metadata (``_fx``, opt-in on v2) at pages 64 and 128
+  inplace   ours with FA3 reading the prefix tail in place, no copy (``_ip``, opt-in) at pages 64 and 128
 An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
@@ -18,6 +19,9 @@ NO_OVERLAP = ["--disable-overlap-schedule"]
 # Opt-in on v2 until measured: the plugin's FA3 draft metadata in one launch (adapters/v2/fa3_replay.py)
 # in place of SGLang's torch.compile'd builders, the host time page 64 adds to a draft round.
 FA3_FUSED = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}
+# Opt-in until the GPU holds it (issue 38): FA3's draft decode reads the prefix's partial last page in
+# place and each branch's draft slots per token, so the copy is skipped (adapters/v2/fa3_in_place.py).
+FA3_IN_PLACE = {"SGLANG_EAGLE_PAGED_FA3_IN_PLACE": "1"}
 
 # Point 4, in the order the budget should buy them: ours against SGLang's own at the same page,
 # then the page-N / page-1 ratios, then the synchronous scheduler's pair.
@@ -55,7 +59,12 @@ def fa3meta_set() -> list:
             RunConfig("on_p128_fx", page_size=128, env=dict(FA3_FUSED))]
 
 
-SETS = {"correct": correct_set, "backends": backends_set, "fa3meta": fa3meta_set}
+def inplace_set() -> list:
+    return [RunConfig("on_p64_ip", page_size=64, env=dict(FA3_IN_PLACE)),
+            RunConfig("on_p128_ip", page_size=128, env=dict(FA3_IN_PLACE))]
+
+
+SETS = {"correct": correct_set, "backends": backends_set, "fa3meta": fa3meta_set, "inplace": inplace_set}
 
 
 def configs(set_name: str, only: str | None = None) -> list:

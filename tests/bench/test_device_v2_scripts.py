@@ -351,6 +351,10 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     from sglang_eagle_paged.bench import v2_sets
 
     assert [c.env for c in v2_sets.configs("correct", "on_p64_fx")] == [{"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}]
+    # FA3 reading the prefix tail in place (inplace), by name from any set, and as an A/B side
+    assert [(c.name, c.page_size, c.env) for c in v2_sets.configs("correct", "on_p64_ip,off_p64")] == [
+        ("off_p64", 64, {}), ("on_p64_ip", 64, {"SGLANG_EAGLE_PAGED_FA3_IN_PLACE": "1"})]
+    assert [(a.name, b.name) for a, b in v2_sets.pairs("on_p64:on_p64_ip")] == [("on_p64", "on_p64_ip")]
 
 
 def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():
@@ -396,6 +400,7 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
     res = {"on_p64": rec("on", 64, same, 4.0, {}),
            "off_p64": rec("off", 64, {**same, "3/1": "answer x"}, 4.0, {"copy_all_layer_kv_cache_tiled": 3}),
            "on_p1": rec("on", 1, same, 4.0, {}),
+           "on_p64_ip": rec("on", 64, {**same, "2/1": "answer w"}, 3.9, {}),
            "nospec_p1": rec("nospec", 1, {**same, "0/1": "answer y", "1/1": "answer z"}, 1.0, {})}
     res["on_p64"].update(retractions=3, retracted_reqs=9)  # its pool could not hold the batch
     res["on_p1"].update(retractions=0, retracted_reqs=0)
@@ -414,6 +419,7 @@ def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
     assert "| on_p64 | off_p64 | 4 | 3 | 1 | 0 | - |" in text
     assert "| on_p64 | on_p1 | 4 | 4 | 0 | 0 | - |" in text
     assert "| on_p64 | nospec_p1 | 4 | 2 | 2 | 0 | - |" in text
+    assert "| on_p64_ip | off_p64 | 4 | 2 | 2 | 0 | - |" in text and "| on_p64_ip | on_p64 | 4 | 3 | 1 | 0 | - |" in text
     assert "| off_p64 | prepare | 3 | 6 | 2.0 |" in text
     assert "| off_p64 | off | 64 | fa3 | - | 4.0 | 100.0 | 60 | 3 (copy_all_layer_kv_cache_tiled 3) | - |" in text
     assert "| on_p64 | on | 64 | fa3 | - | 4.0 | 100.0 | 60 | 0 | 3 (9 requests) |" in text

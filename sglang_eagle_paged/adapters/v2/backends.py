@@ -95,9 +95,12 @@ def pool_decision(pool) -> tuple:
     if runner is None:
         return True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does"
     backend = getattr(runner, "draft_attn_backend", None)
+    off = fa3_in_place.switched_off()
     cached = getattr(pool, _DECISION_ATTR, None)
-    if cached is not None and cached[0] is backend:  # holds the backend: an identity that cannot be reused
-        return cached[1]
+    # keyed by the backend (held: an identity that cannot be reused) and by whether a fault switched
+    # fa3 in place off, which brings the copy back
+    if cached is not None and cached[0] is backend and cached[1] == off:
+        return cached[2]
     decision = copy_needed(backend)
-    setattr(pool, _DECISION_ATTR, (backend, decision))
+    setattr(pool, _DECISION_ATTR, (backend, off, decision))
     return decision

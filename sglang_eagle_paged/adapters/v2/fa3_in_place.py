@@ -31,7 +31,13 @@ proven) are the thinnest glue SGLang allows:
   per token.
 
 The duplication skips the copy for a draft runner only when every step backend of its multi-step
-FA3 backend is covered (:func:`reads_in_place`, asked by ``backends.copy_needed``). The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
+FA3 backend is covered (:func:`reads_in_place`, asked by ``backends.copy_needed``).
+
+A fault in our part of a forward never reaches the scheduler (:func:`switch_off`): one ERROR line,
+and from the next draft round on the copy is made again, which makes both forms right: SGLang's
+split reads the copied tail, ours never reads it. Eager drafts then keep SGLang's metadata; a CUDA
+graph captured with our per-token view keeps its tables rewritten on replay, since the graph reads
+them per token whatever the setting says now. The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
 is in docs/backend_reads.md. SGLang is not imported here.
 """
 
@@ -85,6 +91,22 @@ def per_token_view(paged_cache):
 
 # --------------------------------------------------------------------------- the hooks
 
+_switched_off = []  # the first fault's text, once our path faulted in this process
+
+
+def switched_off() -> bool:
+    return bool(_switched_off)
+
+
+def switch_off(exc: Exception) -> None:
+    """The copy again from the next draft round on; one ERROR line per process."""
+    if _switched_off:
+        return
+    _switched_off.append(f"{type(exc).__name__}: {exc}")
+    logger.error("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the prefix "
+                 "tail is copied again from the next draft round on: %s", _switched_off[0][:300])
+
+
 # Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the
 # metadata hooks rewrite its draft decode; the duplication's decision reads it, :func:`reads_in_place`).
 MARK = "_sglang_eagle_paged_in_place"
@@ -133,7 +155,10 @@ def _translated(backend) -> bool:
 def after_backend_init(result, backend, *args, **kwargs):
     if not getattr(backend, "is_draft_runner", False) or backend.topk <= 1 or backend.page_size <= 1:
         return None
-    problem = not_covered(backend)
+    try:
+        problem = not_covered(backend)
+    except Exception as exc:  # noqa: BLE001 -- our check, never a reason not to start: the copy stays
+        problem = f"the check failed ({type(exc).__name__}: {exc})"
     setattr(backend, MARK, problem is None)
     if problem is not None:
         logger.info("[sglang-eagle-paged] fa3 in place off, the prefix tail is copied: %s", problem)
@@ -144,7 +169,7 @@ def reads_in_place(draft_backend) -> bool:
     """True where every per-step backend of SGLang's multi-step FA3 draft backend reads the prefix
     tail in place (marked covered by :func:`after_backend_init`), so no reader sees the copy."""
     steps = list(getattr(draft_backend, "attn_backends", ()) or ())
-    return bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
+    return not _switched_off and bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
                                for step in steps)
 
 
@@ -152,27 +177,40 @@ def after_metadata(result, backend, forward_batch, *args, **kwargs):
     """After either builder: the draft decode's topk > 1 metadata in the in-place form."""
     if not getattr(backend, MARK, False):
         return None
+    try:
+        _to_in_place(backend, forward_batch)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: the copy resumes, SGLang's form reads it
+        switch_off(exc)
+    return None
+
+
+def _to_in_place(backend, forward_batch) -> None:
     if forward_batch.spec_info is None or not forward_batch.forward_mode.is_decode_or_idle():
-        return None
+        return
     expand = backend.forward_metadata_spec_decode_expand
     if expand is None or backend.speculative_num_steps <= 0:
-        return None
+        return
+    if _switched_off and not is_per_token(expand.page_table):
+        return  # SGLang's form over the copy; only tables a graph captured per token stay ours
     metadata = backend.forward_metadata
     out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
     if out_cache_loc is None:  # graph capture: the replay fills the tables; only the mark counts
         setattr(expand.page_table, PER_TOKEN, True)
-        return None
+        return
     bs = metadata.cache_seqlens_int32.shape[0]
     rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
                            out_cache_loc.view(-1, backend.speculative_num_steps),
                            backend.speculative_step_id + 1)
-    return None
 
 
 def around_flash_attn(original, *args, **kwargs):
     if is_per_token(kwargs.get("page_table")):
-        kwargs["k_cache"] = per_token_view(kwargs["k_cache"])
-        kwargs["v_cache"] = per_token_view(kwargs["v_cache"])
+        try:
+            views = per_token_view(kwargs["k_cache"]), per_token_view(kwargs["v_cache"])
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: FA3 runs on SGLang's arguments
+            switch_off(exc)
+        else:
+            kwargs["k_cache"], kwargs["v_cache"] = views
     return original(*args, **kwargs)
 
 

@@ -27,6 +27,7 @@ of ``cu_seqlens_q``, non-causal, returning the output and the log-sum-exp; the t
 merged as ``merge_state_v2`` merges them.
 """
 
+import logging
 import math
 import random
 import sys
@@ -382,6 +383,110 @@ def test_an_hnd_pool_keeps_the_copy(monkeypatch):
     multi = object.__new__(FlashAttentionMultiStepBackend)
     multi.attn_backends = [be]
     assert readers.copy_needed(multi)[0] is True
+
+
+# --------------------------------------------------------------------------- a fault in our path
+
+
+def _errors(caplog):
+    return [r for r in caplog.records if r.levelno == logging.ERROR]
+
+
+def _reference(case, prep, step, builder, q):
+    """SGLang's own two passes over the copied KV for draft step ``step``."""
+    be, md, ex = _draft_step_metadata(case, prep, step, builder)
+    return two_pass(q, *_paged_kv(be, case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()), md, ex)[0]
+
+
+def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_serves(monkeypatch, caplog):
+    """The fault rule (never the scheduler's): our rewrite raising leaves SGLang's metadata as its
+    builder made it, the copy decision turns back to copying (also through the pool's cached
+    decision), and one ERROR line says so, however many faults follow."""
+    from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
+
+    from sglang_eagle_paged.adapters.v2 import backends as readers
+
+    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
+    case, prep = _bf16_case(CASES[0], monkeypatch)
+    step = case.steps - 2
+    q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(2))
+    theirs = _reference(case, prep, step, "eager", q)
+
+    be, _, _ = _draft_step_metadata(case, prep, step, "eager", in_place=True)
+    multi = object.__new__(FlashAttentionMultiStepBackend)
+    multi.attn_backends = [be]
+    pool = SimpleNamespace()
+    readers.record_reader(pool, SimpleNamespace(draft_attn_backend=multi))
+    assert readers.pool_decision(pool)[0] is False  # in place: no copy, before any fault
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected into our rewrite")
+
+    monkeypatch.setattr(fa3_in_place, "rewrite_draft_metadata", broken)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        for _ in range(2):
+            be, md, ex = _draft_step_metadata(case, prep, step, "eager", in_place=True)
+    assert len(_errors(caplog)) == 1 and "injected into our rewrite" in _errors(caplog)[0].getMessage()
+    assert fa3_in_place.switched_off() and not is_per_token(ex.page_table)
+    out, _ = two_pass(q, *_paged_kv(be, case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()), md, ex, ours)
+    torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # SGLang's own split, over the copy
+    assert readers.pool_decision(pool)[0] is True and readers.copy_needed(multi)[0] is True
+
+
+def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monkeypatch):
+    """A CUDA graph captured with our per-token view reads its expand table per token whatever
+    happens later, so after a fault its replays are still rewritten: the same attention as
+    SGLang's, without reading a hole."""
+    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    case, prep = _bf16_case(CASES[3], monkeypatch)
+    step = case.steps - 2
+    q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(3))
+    theirs = _reference(case, prep, step, "graph", q)
+
+    be = _graph_backend(case, step)
+    after_backend_init(None, be)
+    fb = _forward_batch(case, prep)
+    after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=True), be, fb, in_capture=True)
+    fa3_in_place.switch_off(RuntimeError("a fault elsewhere in our path"))
+    fb = _forward_batch(case, prep)
+    after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=False), be, fb, in_capture=False)
+    md, ex = be.forward_metadata, be.forward_metadata_spec_decode_expand
+    assert is_per_token(ex.page_table)
+    k_holes, v_holes = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    out, _ = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, theirs, rtol=2 ** -8, atol=2 ** -8)
+
+
+def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, caplog):
+    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    table = torch.zeros(2, 3, dtype=torch.int32)
+    setattr(table, fa3_in_place.PER_TOKEN, True)
+    k_cache = torch.zeros(8, 4, HEADS, HEAD_DIM).transpose(0, 1)  # pages and offsets no view can merge
+    v_cache = torch.zeros(4, 8, HEADS, HEAD_DIM)
+    seen = {}
+
+    def fa3(**kwargs):
+        seen.update(kwargs)
+        return "out"
+
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        assert around_flash_attn(fa3, page_table=table, k_cache=k_cache, v_cache=v_cache) == "out"
+    assert seen["k_cache"] is k_cache and seen["v_cache"] is v_cache
+    assert len(_errors(caplog)) == 1 and fa3_in_place.switched_off()
+
+
+def test_a_fault_in_the_coverage_check_keeps_the_copy(monkeypatch, caplog):
+    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    be = _draft_backend()
+    monkeypatch.setattr(fa3_in_place, "not_covered", lambda backend: 1 / 0)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        after_backend_init(None, be)
+    assert getattr(be, fa3_in_place.MARK) is False
+    assert "the check failed (ZeroDivisionError" in caplog.text
 
 
 def test_the_hooks_follow_the_setting_and_the_release():
