@@ -37,7 +37,6 @@ overwritten by SGLang's, which writes the same buffers.
 """
 
 import functools
-import logging
 import weakref
 
 from ...hooks import Hook, resolvable, resolve
@@ -49,6 +48,7 @@ from ...kernels.draft_decode_metadata import (
     draft_decode_metadata_all_steps,
 )
 from ...kernels.expand_metadata import expand_draft_page_table
+from .fault_switch import FaultSwitch
 
 # FA3's tree-draft page-table builder (optional replacement, SGLANG_EAGLE_PAGED_FA3_EXPAND)
 FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
@@ -61,10 +61,9 @@ FA3_MULTI_STEP_REPLAY = FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_replay_
 TARGET = FA3_EXPAND_METADATA
 FUSED_TARGET = FA3_MULTI_STEP_REPLAY
 
-logger = logging.getLogger("sglang_eagle_paged")
-
-# Why our builders were switched off in this process (empty: they serve).
-_switched_off = []
+# Why our builders were switched off in this process (falsy: they serve).
+_switched_off = FaultSwitch("[sglang-eagle-paged] FA3 draft metadata replacements switched off for this process, "
+                            "SGLang's own builders serve from now on: %s")
 
 
 def switched_off() -> bool:
@@ -73,11 +72,8 @@ def switched_off() -> bool:
 
 def switch_off(exc: Exception) -> None:
     """SGLang's builders serve every later call; one ERROR line per process."""
-    if _switched_off:
-        return
-    _switched_off.append(f"{type(exc).__name__}: {exc}")
-    logger.error("[sglang-eagle-paged] FA3 draft metadata replacements switched off for this process, "
-                 "SGLang's own builders serve from now on: %s", _switched_off[0][:300])
+    _switched_off.trip(exc)
+
 
 def targets(selection: FA3Expand) -> list:
     """The dotted targets :func:`hooks` hooks for ``selection``."""

@@ -25,31 +25,25 @@ Mode ``fake`` copies nothing (the old index-only behaviour, for benchmarks); mod
 installs no hook at all.
 """
 
-import logging
-
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
+from ..common.fault_switch import FaultSwitch
 from . import backends, pools
 from .hook_points import FUNCTION
 
-logger = logging.getLogger("sglang_eagle_paged")
 
-
-# Why our path was switched off in this process (empty: it serves).
-_switched_off = []
+# Why our path was switched off in this process (falsy: it serves).
+_switched_off = FaultSwitch("[sglang-eagle-paged] v2 draft duplication switched off for this process, SGLang's own "
+                            f"{FUNCTION} serves from now on: %s")
 
 
 def switch_off(reason: str) -> None:
     """Serve every later call with SGLang's own function; one ERROR line per process."""
-    if _switched_off:
-        return
-    _switched_off.append(reason)
-    logger.error("[sglang-eagle-paged] v2 draft duplication switched off for this process, SGLang's own %s "
-                 "serves from now on: %s", FUNCTION, reason)
+    _switched_off.trip(reason)
 
 
 def switched_off() -> str | None:
-    return _switched_off[0] if _switched_off else None
+    return _switched_off.reason
 
 
 def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pages, topk: int,

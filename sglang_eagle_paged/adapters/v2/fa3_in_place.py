@@ -44,6 +44,8 @@ is in docs/backend_reads.md. SGLang is not imported here.
 import logging
 import os
 
+from ..common.fault_switch import FaultSwitch
+
 FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
 BACKEND = FA3_MODULE + ".FlashAttentionBackend"
 TARGETS = {
@@ -91,7 +93,8 @@ def per_token_view(paged_cache):
 
 # --------------------------------------------------------------------------- the hooks
 
-_switched_off = []  # the first fault's text, once our path faulted in this process
+_switched_off = FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the "
+                            "prefix tail is copied again from the next draft round on: %s")
 
 
 def switched_off() -> bool:
@@ -100,11 +103,7 @@ def switched_off() -> bool:
 
 def switch_off(exc: Exception) -> None:
     """The copy again from the next draft round on; one ERROR line per process."""
-    if _switched_off:
-        return
-    _switched_off.append(f"{type(exc).__name__}: {exc}")
-    logger.error("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the prefix "
-                 "tail is copied again from the next draft round on: %s", _switched_off[0][:300])
+    _switched_off.trip(exc)
 
 
 # Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the

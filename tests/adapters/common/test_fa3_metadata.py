@@ -362,7 +362,7 @@ def _recording(calls, kind, real):
 @pytest.fixture(autouse=True)
 def serving(monkeypatch):
     """Every test starts with our builders serving (a fault test switches them off)."""
-    monkeypatch.setattr(fa3_metadata, "_switched_off", [])
+    monkeypatch.setattr(fa3_metadata._switched_off, "reason", None)
 
 
 @pytest.fixture

@@ -406,7 +406,7 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
 
     from sglang_eagle_paged.adapters.v2 import backends as readers
 
-    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
     case, prep = _bf16_case(CASES[0], monkeypatch)
     step = case.steps - 2
@@ -438,7 +438,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
     """A CUDA graph captured with our per-token view reads its expand table per token whatever
     happens later, so after a fault its replays are still rewritten: the same attention as
     SGLang's, without reading a hole."""
-    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
     case, prep = _bf16_case(CASES[3], monkeypatch)
     step = case.steps - 2
     q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(3))
@@ -462,7 +462,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
 
 
 def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
     table = torch.zeros(2, 3, dtype=torch.int32)
     setattr(table, fa3_in_place.PER_TOKEN, True)
     k_cache = torch.zeros(8, 4, HEADS, HEAD_DIM).transpose(0, 1)  # pages and offsets no view can merge
@@ -480,7 +480,7 @@ def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, capl
 
 
 def test_a_fault_in_the_coverage_check_keeps_the_copy(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place, "_switched_off", [])
+    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
     be = _draft_backend()
     monkeypatch.setattr(fa3_in_place, "not_covered", lambda backend: 1 / 0)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):

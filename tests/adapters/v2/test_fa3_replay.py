@@ -65,7 +65,7 @@ def replay_batch(rng, multi, raw_bs, bs):
 @pytest.fixture(autouse=True)
 def serving(monkeypatch):
     """Every test starts with our builders serving (a fault test switches them off)."""
-    monkeypatch.setattr(fa3_metadata, "_switched_off", [])
+    monkeypatch.setattr(fa3_metadata._switched_off, "reason", None)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ PAGE, TOPK, STEPS, SEQ = 4, 3, 2, [5, 6, 7]
 
 @pytest.fixture
 def fresh(monkeypatch):
-    monkeypatch.setattr(duplicate, "_switched_off", [], raising=False)
+    monkeypatch.setattr(duplicate._switched_off, "reason", None)
 
 
 def _layout():
