@@ -79,7 +79,7 @@ def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict
     s = bench["summary"]
     rec = {"round": rnd, "side": side, "parallel": parallel, "output_throughput": s.get("output_throughput"),
            "acceptance_length": s.get("acceptance_length"), "wall_s": s.get("wall_s"),
-           "errors": s.get("num_errors", 0)}
+           "client_cpu_s": s.get("client_cpu_s"), "errors": s.get("num_errors", 0)}
     if parallel == 1 and s.get("latency_fit"):
         rec["latency_fit"] = s["latency_fit"]
     if compiled:
@@ -146,7 +146,11 @@ def summarize_pair(passes: list) -> dict:
         gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
         gc_share = lambda side: mean([by[r, side]["gc"]["ms"] / (1e3 * by[r, side]["wall_s"])  # noqa: E731
                                       for r in rounds if by[r, side].get("gc") and by[r, side].get("wall_s")])
+        client = lambda side: mean([by[r, side]["client_cpu_s"] / by[r, side]["wall_s"]  # noqa: E731
+                                    for r in rounds if by[r, side].get("client_cpu_s") is not None
+                                    and by[r, side].get("wall_s")])
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
+                         "client_cpu_share_A": client("A"), "client_cpu_share_B": client("B"),
                          "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
                          "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
@@ -461,9 +465,10 @@ def markdown(results: dict) -> str:
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
               "compiled during the passes; pass spread: standard deviation of each side's log throughput over its "
-              "passes, in percent (the noise).", "",
+              "passes, in percent (the noise); client CPU: the benchmark client's CPU seconds over the pass's wall "
+              "time (near 100%, the client paces the pass).", "",
               "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "
-              "| compiled A / B | pass spread A / B |", "|---|---|---|---|---|---|---|---|---|"]
+              "| compiled A / B | pass spread A / B | client CPU A / B |", "|---|---|---|---|---|---|---|---|---|---|"]
     for pair in results["pairs"].values():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
@@ -472,7 +477,8 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('per_request_ms_A'), '{:.2f}')} / {fmt(s.get('per_request_ms_B'), '{:.2f}')} | "
                          f"{fmt(s.get('per_round_ms_A'), '{:.4f}')} / {fmt(s.get('per_round_ms_B'), '{:.4f}')} | "
                          f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} | "
-                         f"{fmt(s.get('spread_A'), '{:.1f}%')} / {fmt(s.get('spread_B'), '{:.1f}%')} |")
+                         f"{fmt(s.get('spread_A'), '{:.1f}%')} / {fmt(s.get('spread_B'), '{:.1f}%')} | "
+                         f"{fmt(s.get('client_cpu_share_A'), '{:.0%}')} / {fmt(s.get('client_cpu_share_B'), '{:.0%}')} |")
     pinning = results.get("cpu_pinning")
     if pinning:
         lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(

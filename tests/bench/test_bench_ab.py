@@ -101,6 +101,20 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
     assert ab._pass_record(bench, "A", 0, 16, {"k": 1})["compiled"] == {"k": 1}
 
 
+def test_the_clients_cpu_share_of_each_pass_is_averaged_per_side():
+    passes = [dict(round=r, side=side, parallel=16, output_throughput=100, acceptance_length=2.0, errors=0,
+                   wall_s=2.0, client_cpu_s=cpu)
+              for r, side, cpu in [(0, "A", 0.5), (0, "B", 1.8), (1, "B", 1.6), (1, "A", 1.5)]]
+    s = ab.summarize_pair(passes)["16"]
+    assert s["client_cpu_share_A"] == pytest.approx(0.5) and s["client_cpu_share_B"] == pytest.approx(0.85)
+    md = ab.markdown({"rounds": 2, "num_questions": 16, "parallel": 16, "parallel1_questions": 0, "max_new_tokens": 8,
+                      "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"16": s}}}})
+    assert md.rstrip().endswith("| 50% / 85% |")
+    # recordings from before the field: no share, a dash
+    old = ab.summarize_pair([{k: v for k, v in p.items() if k != "client_cpu_s"} for p in passes])["16"]
+    assert old["client_cpu_share_A"] is None
+
+
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
     _serve_fakes(monkeypatch, fake_server)
     real = ab.run_benchmark
@@ -141,6 +155,9 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     # warm-up: two mixes per server (the first fills all `parallel` slots), then the 8 passes
     assert [e[1] for e in ev[4:last_pass + 1]] == [2, 3, 2, 3] + [2, 1] * 4
     assert pair["summary"]["2"]["rounds"] == 2 and pair["summary"]["1"]["rounds"] == 2
+    # every pass keeps the client's own CPU time (a process's CPU time: never negative)
+    assert all(p["client_cpu_s"] is not None and p["client_cpu_s"] >= 0 for p in pair["passes"])
+    assert pair["summary"]["2"]["client_cpu_share_A"] is not None
     md = ab.markdown(res)
     assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
     pytest.importorskip("matplotlib")
