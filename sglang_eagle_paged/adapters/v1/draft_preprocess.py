@@ -24,6 +24,7 @@ from ...kernels import assign_tree_draft_slots, assign_tree_draft_slots_from_fre
 from ...kernels.layout import extend_lens, extension_totals
 from ...settings import FA3Expand, Mode, Settings
 from ..common import fa3_metadata
+from ..common.fault_switch import FaultSwitch
 from ..common.kv_copy import duplicate_in_pool, move_pairs, warm_up_moves
 from . import sglang_api as compat
 from . import sglang_warm_up, verify
@@ -234,12 +235,34 @@ def _parts_text(parts: dict) -> str:
     return " (" + ", ".join(f"{name} {1e3 * sec:.0f} ms" for name, sec in parts.items()) + ")" if parts else ""
 
 
+# Why our draft preprocess was switched off in this process (falsy: it serves).
+_switched_off = FaultSwitch("[sglang-eagle-paged] v1 draft preprocess switched off for this process, SGLang's own "
+                            "_draft_preprocess_decode serves from now on: %s")
+
+
 def draft_preprocess_decode_hook(mode: Mode):
-    """AROUND hook for ``EAGLEWorker._draft_preprocess_decode``, for ``mode`` on or fake."""
+    """AROUND hook for ``EAGLEWorker._draft_preprocess_decode``, for ``mode`` on or fake.
+
+    A fault in ours never reaches the scheduler: SGLang's own method serves that call and every
+    later one (where the method fails as well, its error is raised and ours stays on). Ours has
+    then done part of SGLang's preamble, which the method repeats: the
+    request counters are put back first, the allocator was restored by ours, and the rows,
+    slots and copies the method writes again. A penalized batch (SGLang's relaxed penalty
+    accumulation) counts that one round's tokens twice."""
 
     def around(original, worker, batch):
-        if not handles(worker):
+        if not handles(worker) or _switched_off:
             return original(worker, batch)
-        return draft_preprocess_decode(worker, batch, mode)
+        counters = [req.decode_batch_idx for req in batch.reqs]
+        try:
+            return draft_preprocess_decode(worker, batch, mode)
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's method serves
+            for req, n in zip(batch.reqs, counters):
+                req.decode_batch_idx = n
+            # Where SGLang's method fails too (out of KV memory), the error is SGLang's to raise,
+            # as it would without us, and ours stays on.
+            result = original(worker, batch)
+            _switched_off.trip(exc)
+            return result
 
     return around

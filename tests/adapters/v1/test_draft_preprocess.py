@@ -145,6 +145,57 @@ def test_hook_runs_ours_for_paged_tree(mode):
     assert (h.mismatched_branches(rows) == []) == (mode == "on")
 
 
+def test_a_fault_in_ours_serves_sglangs_own_method_then_and_after(monkeypatch, caplog):
+    """The fault rule on v1: an exception in our path (here our copy, after our allocation) never
+    reaches the scheduler. SGLang's own method, unhooked, serves that call as if ours had not run
+    (each request counted once, the allocator as before, every branch reading the prefix) and
+    every later one; one ERROR line."""
+    from sglang_eagle_paged.adapters.v1 import draft_preprocess
+
+    monkeypatch.setattr(draft_preprocess._switched_off, "reason", None)
+    ours_h, rows = build(16, 4, 3, [5, 20], kv_copy=True)
+    theirs_h, rows2 = build(16, 4, 3, [5, 20], kv_copy=True)
+    theirs = run_sglang(theirs_h, rows2)
+    faults = []
+
+    def broken_copy(*args, **kwargs):
+        faults.append(1)
+        raise RuntimeError("injected into our copy")
+
+    monkeypatch.setattr(draft_preprocess, "move_pairs", broken_copy)
+    hook = draft_preprocess_decode_hook(Mode.ON)
+    batch = ours_h.batch(rows)
+    free = ours_h.allocator.available_size()
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        hook(sglang_method(), ours_h.worker, batch)
+    assert faults == [1] and draft_preprocess._switched_off
+    assert [r.decode_batch_idx for r in batch.reqs] == [1, 1]
+    assert ours_h.allocator.available_size() == free
+    assert torch.equal(batch.out_cache_loc.long(), theirs.out_cache_loc.long())
+    assert ours_h.mismatched_branches(rows) == []
+    for a, b in zip(kv_bytes(ours_h), kv_bytes(theirs_h)):
+        assert torch.equal(a, b)
+    hook(sglang_method(), ours_h.worker, ours_h.batch(rows))  # later calls: SGLang's, ours not tried
+    assert faults == [1]
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1
+
+
+def test_where_sglangs_method_fails_too_its_error_is_raised_and_ours_stays_on(monkeypatch):
+    from sglang_eagle_paged.adapters.v1 import draft_preprocess
+
+    monkeypatch.setattr(draft_preprocess._switched_off, "reason", None)
+    h, rows = build(16, 4, 3, [5, 20])
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("out of KV memory")
+
+    monkeypatch.setattr(draft_preprocess, "draft_preprocess_decode", out_of_memory)
+    with pytest.raises(RuntimeError, match="SGLang's own"):
+        draft_preprocess_decode_hook(Mode.ON)(lambda w, b: (_ for _ in ()).throw(RuntimeError("SGLang's own")),
+                                               h.worker, h.batch(rows))
+    assert not draft_preprocess._switched_off
+
+
 # --- against SGLang's own method ---------------------------------------------------
 
 def run_sglang(h, rows):
