@@ -17,18 +17,22 @@ prefix tail is empty (it copies nothing) therefore compiles everything serving l
 import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
-from . import alloc_warm_up, backends, duplicate, kv_reserve_note, move_warm_up, pools
+from . import alloc_warm_up, backends, duplicate, fa3_in_place, kv_reserve_note, move_warm_up, pools
 
 _WARM_ATTR = "_eagle_paged_v2_warm"
 
 
 def warm_up_pool(pool, topk: int, page_size: int, slot_dtype: torch.dtype) -> bool:
     """Compile the kernel variant serving ``pool`` with ``slot_dtype`` slots; False where our
-    kernel will not copy for this configuration (nothing to compile)."""
+    kernel will not copy for this configuration (nothing to compile). FA3 in place copies
+    nothing but is compiled for: a fault there brings the copy back while serving."""
     if topk <= 1 or page_size <= 1:
         return False
     table = pools.copy_table(pool)
-    if table is None or not backends.pool_decision(pool)[0]:
+    if table is None:
+        return False
+    copy, why = backends.pool_decision(pool)
+    if not copy and why != fa3_in_place.REASON:
         return False
     done = getattr(pool, _WARM_ATTR, None)
     key = (table.keys, slot_dtype)

@@ -78,3 +78,21 @@ def test_nothing_compiles_where_the_reader_never_reads_the_copy():
         compiled[cls.__name__] = len(warm)
     assert compiled == {"TritonMultiStepDraftBackend": 0, "FlashInferMultiStepDraftBackend": 0,
                         "FlashAttentionMultiStepBackend": 1}
+
+
+def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypatch):
+    """In place, nothing is copied, but a fault there brings the copy back while serving: its
+    variant is compiled at start-up all the same."""
+    from sglang.srt.layers.attention import flashattention_backend as fa3b
+
+    from sglang_eagle_paged.adapters.v2 import backends, fa3_in_place
+
+    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    pool, rows = support.layout_rows([5], 8, 3, 2, seed=7)
+    multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
+    multi.attn_backends = [SimpleNamespace(**{fa3_in_place.MARK: True})]  # as the init hook marks a covered one
+    worker = SimpleNamespace(topk=3, draft_runner=SimpleNamespace(
+        token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows), draft_attn_backend=multi))
+    with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
+        warm_up.after_hook(None, worker)
+    assert backends.pool_decision(pool) == (False, fa3_in_place.REASON) and len(warm) == 1
