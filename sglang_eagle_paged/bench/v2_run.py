@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import kv_sizing, v2_sets
 from .e2e import add_workload_args, run_configs
+from .mtbench import in_flight
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -88,6 +89,10 @@ def ab(a) -> int:
     out = Path(a.out)
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
+    top = max((a.parallel, *more))
+    if in_flight(top, a.questions) < top:  # one client thread per conversation
+        print(f"[v2 ab] parallel {top} over {a.questions} conversations: at most {a.questions} requests in flight "
+              f"(QUESTIONS >= PARALLEL keeps {top})")
     for pa, pb in v2_sets.pairs(a.pairs):
         pa, pb = (sized_for(c, a) for c in (pa, pb))
         where = pair_dir(out, pa, pb)

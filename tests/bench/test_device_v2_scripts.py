@@ -297,6 +297,8 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
                  ALSO_PARALLEL="128", GRAPH_BS="128", AB_TAG="p64")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"[v2 ab] triton_on_p64:triton_off_p64 -> {tmp_path}/v2/ab-p64/triton_on_p64__triton_off_p64" in done.stdout
+    # 128 client threads over the default 32 conversations: said before anything is measured
+    assert "[v2 ab] parallel 128 over 32 conversations: at most 32 requests in flight" in done.stdout
     # AB_KV=auto (the default): each pair's pool from the larger need at the largest parallelism, both sides alike
     from sglang_eagle_paged.bench import e2e, kv_sizing
 
@@ -308,6 +310,7 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
     assert pool == kv_sizing.pool_tokens([e2e.RunConfig("p64", page_size=64)], 128, prompt, 256)
     fixed = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536")
     assert "KV pool 65536)" in fixed.stdout and "auto:" not in fixed.stdout, fixed.stdout + fixed.stderr
+    assert "in flight" not in fixed.stdout  # parallel 16 over 32 conversations
     # a fixed pool: auto would read the chat template's tokenizer, which is on the GPU machine only;
     # no head trained at /w: the package's
     real = _call(tmp_path, "ab", MODEL="smollm2", AB_PAIRS="on_p64:off_p64", SMOLLM2_WORK="/w", AB_KV="131072")
