@@ -95,7 +95,7 @@ def pool_decision(pool) -> tuple:
     if runner is None:
         return True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does"
     backend = getattr(runner, "draft_attn_backend", None)
-    off = fa3_in_place.switched_off()
+    off = bool(fa3_in_place.SWITCH)
     cached = getattr(pool, _DECISION_ATTR, None)
     # keyed by the backend (held: an identity that cannot be reused) and by whether a fault switched
     # fa3 in place off, which brings the copy back

@@ -33,7 +33,7 @@ proven) are the thinnest glue SGLang allows:
 The duplication skips the copy for a draft runner only when every step backend of its multi-step
 FA3 backend is covered (:func:`reads_in_place`, asked by ``backends.copy_needed``).
 
-A fault in our part of a forward never reaches the scheduler (:func:`switch_off`): one ERROR line,
+A fault in our part of a forward never reaches the scheduler (``SWITCH``): one ERROR line,
 and from the next draft round on the copy is made again, which makes both forms right: SGLang's
 split reads the copied tail, ours never reads it. Eager drafts then keep SGLang's metadata; a CUDA
 graph captured with our per-token view keeps its tables rewritten on replay, since the graph reads
@@ -93,17 +93,9 @@ def per_token_view(paged_cache):
 
 # --------------------------------------------------------------------------- the hooks
 
-_switched_off = FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the "
-                            "prefix tail is copied again from the next draft round on: %s")
-
-
-def switched_off() -> bool:
-    return bool(_switched_off)
-
-
-def switch_off(exc: Exception) -> None:
-    """The copy again from the next draft round on; one ERROR line per process."""
-    _switched_off.trip(exc)
+# Tripped by a fault in our part of a forward: the copy comes back from the next draft round on.
+SWITCH = FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the prefix "
+                     "tail is copied again from the next draft round on: %s")
 
 
 # Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the
@@ -168,7 +160,7 @@ def reads_in_place(draft_backend) -> bool:
     """True where every per-step backend of SGLang's multi-step FA3 draft backend reads the prefix
     tail in place (marked covered by :func:`after_backend_init`), so no reader sees the copy."""
     steps = list(getattr(draft_backend, "attn_backends", ()) or ())
-    return not _switched_off and bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
+    return not SWITCH and bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
                                for step in steps)
 
 
@@ -179,7 +171,7 @@ def after_metadata(result, backend, forward_batch, *args, **kwargs):
     try:
         _to_in_place(backend, forward_batch)
     except Exception as exc:  # noqa: BLE001 -- never the scheduler's: the copy resumes, SGLang's form reads it
-        switch_off(exc)
+        SWITCH.trip(exc)
     return None
 
 
@@ -189,7 +181,7 @@ def _to_in_place(backend, forward_batch) -> None:
     expand = backend.forward_metadata_spec_decode_expand
     if expand is None or backend.speculative_num_steps <= 0:
         return
-    if _switched_off and not is_per_token(expand.page_table):
+    if SWITCH and not is_per_token(expand.page_table):
         return  # SGLang's form over the copy; only tables a graph captured per token stay ours
     metadata = backend.forward_metadata
     out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
@@ -207,7 +199,7 @@ def around_flash_attn(original, *args, **kwargs):
         try:
             views = per_token_view(kwargs["k_cache"]), per_token_view(kwargs["v_cache"])
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: FA3 runs on SGLang's arguments
-            switch_off(exc)
+            SWITCH.trip(exc)
         else:
             kwargs["k_cache"], kwargs["v_cache"] = views
     return original(*args, **kwargs)

@@ -406,7 +406,7 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
 
     from sglang_eagle_paged.adapters.v2 import backends as readers
 
-    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
     case, prep = _bf16_case(CASES[0], monkeypatch)
     step = case.steps - 2
@@ -428,7 +428,7 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
         for _ in range(2):
             be, md, ex = _draft_step_metadata(case, prep, step, "eager", in_place=True)
     assert len(_errors(caplog)) == 1 and "injected into our rewrite" in _errors(caplog)[0].getMessage()
-    assert fa3_in_place.switched_off() and not is_per_token(ex.page_table)
+    assert fa3_in_place.SWITCH and not is_per_token(ex.page_table)
     out, _ = two_pass(q, *_paged_kv(be, case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()), md, ex, ours)
     torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # SGLang's own split, over the copy
     assert readers.pool_decision(pool)[0] is True and readers.copy_needed(multi)[0] is True
@@ -438,7 +438,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
     """A CUDA graph captured with our per-token view reads its expand table per token whatever
     happens later, so after a fault its replays are still rewritten: the same attention as
     SGLang's, without reading a hole."""
-    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     case, prep = _bf16_case(CASES[3], monkeypatch)
     step = case.steps - 2
     q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(3))
@@ -448,7 +448,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
     after_backend_init(None, be)
     fb = _forward_batch(case, prep)
     after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=True), be, fb, in_capture=True)
-    fa3_in_place.switch_off(RuntimeError("a fault elsewhere in our path"))
+    fa3_in_place.SWITCH.trip(RuntimeError("a fault elsewhere in our path"))
     fb = _forward_batch(case, prep)
     after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=False), be, fb, in_capture=False)
     md, ex = be.forward_metadata, be.forward_metadata_spec_decode_expand
@@ -462,7 +462,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
 
 
 def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     table = torch.zeros(2, 3, dtype=torch.int32)
     setattr(table, fa3_in_place.PER_TOKEN, True)
     k_cache = torch.zeros(8, 4, HEADS, HEAD_DIM).transpose(0, 1)  # pages and offsets no view can merge
@@ -476,11 +476,11 @@ def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, capl
     with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         assert around_flash_attn(fa3, page_table=table, k_cache=k_cache, v_cache=v_cache) == "out"
     assert seen["k_cache"] is k_cache and seen["v_cache"] is v_cache
-    assert len(_errors(caplog)) == 1 and fa3_in_place.switched_off()
+    assert len(_errors(caplog)) == 1 and fa3_in_place.SWITCH
 
 
 def test_a_fault_in_the_coverage_check_keeps_the_copy(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     be = _draft_backend()
     monkeypatch.setattr(fa3_in_place, "not_covered", lambda backend: 1 / 0)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):

@@ -87,7 +87,7 @@ def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypa
 
     from sglang_eagle_paged.adapters.v2 import backends, fa3_in_place
 
-    monkeypatch.setattr(fa3_in_place._switched_off, "reason", None)
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     pool, rows = support.layout_rows([5], 8, 3, 2, seed=7)
     multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
     multi.attn_backends = [SimpleNamespace(**{fa3_in_place.MARK: True})]  # as the init hook marks a covered one
