@@ -19,7 +19,7 @@ SGLang's own code decides everything but the attention arithmetic, run on CPU:
 
 It runs on each release with that release's own code: 0.5.23 (``.venv``) and 0.5.17
 (``.venv-517``, scripts/test.sh's v517 part), whose builders differ (docs/backend_reads.md,
-"fa3 in place on 0.5.17").
+"fa3 in place on 0.5.17"), and 0.5.18 .. 0.5.22 (scripts/check_fa3_proofs.sh).
 
 FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
 reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
