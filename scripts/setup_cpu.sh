@@ -18,7 +18,8 @@
 # Idempotent: a stamp in .venv records what was installed; a re-run with the
 # same script only refreshes the shim path and re-runs the import check.
 # Env: SGLANG_VERSION = 0.5.23 (default) | 0.5.12.post1 (the v1 environment,
-#      e.g. SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1);
+#      e.g. SGLANG_VERSION=0.5.12.post1 VENV=.venv-v1) | 0.5.17 .. 0.5.22 (for the
+#      fa3 proof files, scripts/check_fa3_proofs.sh);
 #      VENV (default .venv, relative to the repo root or absolute);
 #      PYTHON (default python3) picks the interpreter for the venv;
 #      SETUP_CPU_FORCE=1 reinstalls the packages even if the stamp matches.
@@ -112,7 +113,7 @@ MODULES=(
   sglang.srt.managers.schedule_batch
 )
 ;;
-0.5.23|0.5.17)
+0.5.23|0.5.17|0.5.18|0.5.19|0.5.20|0.5.21|0.5.22)
 CORE=(
   "torch==2.13.0"          # CPU wheel (pip picks the local +cpu build here)
   "triton==3.8.0"          # what `pip install sglang==0.5.23` brings
@@ -195,19 +196,23 @@ MODULES=(
 )
 ;;
 *)
-  echo "[setup_cpu] SGLANG_VERSION=$SGLANG_VERSION: only 0.5.23, 0.5.17 and 0.5.12.post1 are pinned here" >&2
+  echo "[setup_cpu] SGLANG_VERSION=$SGLANG_VERSION: only 0.5.17 .. 0.5.23 and 0.5.12.post1 are pinned here" >&2
   exit 2
 ;;
 esac
-if [[ "$SGLANG_VERSION" == 0.5.17 ]]; then
-  # The GPU machine's release, for tests that must run on its source (not in CI): 0.5.23's set with
-  # what 0.5.17 pins or imports besides: transformers 5.12.1 (with its tokenizers and a huggingface_hub
-  # below 2) and xgrammar, which its scheduler imports at load.
+case "$SGLANG_VERSION" in
+0.5.17|0.5.18|0.5.19|0.5.20|0.5.21)
+  # The GPU machine's release (0.5.17) and those after it up to 0.5.21, for tests that must run on
+  # their source (not in CI): 0.5.23's set with what they pin or import besides: transformers 5.12.1
+  # (with its tokenizers and a huggingface_hub below 2) and xgrammar, which their scheduler imports
+  # at load (0.2.1; 0.5.21 pins 0.2.7).
   LOCK="$(printf '%s\n' $LOCK | sed -e 's/^transformers==.*/transformers==5.12.1/' \
     -e 's/^tokenizers==.*/tokenizers==0.22.2/' -e 's/^huggingface_hub==.*/huggingface_hub==1.33.0/')"
   SGLANG_DEPS=("${SGLANG_DEPS[@]/transformers==5.19.0/transformers==5.12.1}")
-  NO_DEPS_EXTRA+=("xgrammar==0.2.1")
-fi
+  if [[ "$SGLANG_VERSION" == 0.5.21 ]]; then NO_DEPS_EXTRA+=("xgrammar==0.2.7")
+  else NO_DEPS_EXTRA+=("xgrammar==0.2.1"); fi
+;;
+esac
 
 say() { printf '[setup_cpu] %s\n' "$*"; }
 

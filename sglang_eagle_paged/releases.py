@@ -25,17 +25,15 @@ V1_PATCHED = (Version("0.5.8"), Version("0.5.10.post1"))
 V1_PLUGIN = (Version("0.5.11"), Version("0.5.12.post1"))
 V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
 # Where fa3's in-place draft reads (SGLANG_EAGLE_PAGED_FA3_IN_PLACE) are proven on SGLang's own
-# builders (tests/adapters/v2/test_fa3_in_place.py, which scripts/test.sh runs on 0.5.23 and on
-# 0.5.17, the GPU machine's release); elsewhere the setting does nothing. As with
-# FA3_FUSED_V2_PROVEN, a range: its two ends ran on their own source, 0.5.18 .. 0.5.22 did not (no
-# environment holds them), and are let in on the start-up hook-point check and the backend check
-# (fa3_in_place.not_covered) alone.
+# builders (tests/adapters/v2/test_fa3_in_place.py), release by release, each on its own source:
+# scripts/test.sh runs it on the ends (0.5.23, and 0.5.17, the GPU machine's release),
+# scripts/check_fa3_proofs.sh on 0.5.18 .. 0.5.22 (not in CI). Elsewhere the setting does nothing.
 FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused) is proven on v2
-# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py, which scripts/test.sh runs on 0.5.23
-# and on 0.5.17, the GPU machine's release);
-# elsewhere on v2 only the expand builder is replaced. 0.5.13 and 0.5.15 size the page table from the
-# CPU lengths by other rules (seq_lens_cpu always; a device read where it is None) than 0.5.17's.
+# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py), on the same releases through
+# the same two scripts; elsewhere on v2 only the expand builder is replaced. 0.5.13 and 0.5.15 size
+# the page table from the CPU lengths by other rules (seq_lens_cpu always; a device read where it is
+# None) than 0.5.17's.
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.

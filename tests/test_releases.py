@@ -76,3 +76,29 @@ def test_a_newer_release_with_0_5_23s_hook_points_is_served_untested():
         pytest.skip("needs SGLang 0.5.23's hook points installed")
     s = releases.support("0.5.99")
     assert (s.generation, s.route, s.problem) == ("v2", "untested", None)
+
+
+def test_the_fa3_proofs_run_on_every_release_of_their_proven_ranges():
+    """FA3_IN_PLACE_PROVEN and FA3_FUSED_V2_PROVEN are ranges proven release by release: their ends
+    are the releases scripts/test.sh runs the proof files on (.venv-517's and .venv's), every
+    0.5.x between them is in scripts/check_fa3_proofs.sh's default list (no post release lies in
+    between), and the script refuses a release it has no environment for."""
+    import pathlib
+    import re
+    import subprocess
+
+    from packaging.version import Version
+
+    root = pathlib.Path(releases.__file__).resolve().parents[1]
+    low = re.search(r"SGLANG_VERSION=(\S+) VENV=\.venv-517", (root / "scripts/test.sh").read_text())[1]
+    high = re.search(r'SGLANG_VERSION:-([^}]+)\}', (root / "scripts/setup_cpu.sh").read_text())[1]
+    ends = (Version(low), Version(high))
+    assert releases.FA3_IN_PLACE_PROVEN == ends and releases.FA3_FUSED_V2_PROVEN == ends
+    dry = subprocess.run(["bash", "scripts/check_fa3_proofs.sh", "--dry-run"], cwd=root,
+                         capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    middle = sorted({Version(line.split(":")[0]) for line in dry.stdout.splitlines()})
+    assert middle == [Version(f"0.5.{n}") for n in range(ends[0].micro + 1, ends[1].micro)]
+    refused = subprocess.run(["bash", "scripts/check_fa3_proofs.sh", "--dry-run", "0.5.16"], cwd=root,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "0.5.16" in refused.stderr

@@ -166,6 +166,29 @@ class DraftInputStub:
         return True
 
 
+def plain_kv_index_translator(req_to_token, page_size: int, device: str = "cpu", *, allocator=None,
+                              pool=None, is_draft_worker: bool = True):
+    """SGLang's own ``KVIndexTranslator``, built by its ``__init__`` as a model runner builds it, for a
+    plain KV pool (``allocator`` and ``pool``: a paged allocator and an MHA pool, or None for a runner
+    with neither a unified allocator nor a sliding-window pool): SGLang's code decides that reads are
+    not translated. None on a release without the translator (0.5.17, 0.5.18), whose backends read
+    ``req_to_token`` ids themselves. 0.5.19's ``init_cuda_graph_state`` asks it first thing."""
+    import inspect
+
+    try:
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        return None
+    kwargs = dict(req_to_token=req_to_token, token_to_kv_pool_allocator=allocator, token_to_kv_pool=pool,
+                  page_size=page_size, device=device)
+    if "is_draft_worker" in inspect.signature(KVIndexTranslator.__init__).parameters:  # 0.5.22+
+        kwargs["is_draft_worker"] = is_draft_worker
+    translator = KVIndexTranslator(**kwargs)
+    if translator.is_translating:
+        raise ValueError("not a plain pool: SGLang's translator translates its reads")
+    return translator
+
+
 def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool=12, seed=0, device="cpu",
                            **overrides):
     """SGLang's ``FlashAttentionMultiStepBackend`` with per-step backends built without a model
@@ -197,6 +220,9 @@ def fa3_multi_step_backend(topk, steps, page_size, capture_bs, max_ctx=512, pool
             needs_cpu_seq_lens=False, local_attn_builder=None, _sched_meta_buf=None, is_prefill_aware_swa=False,
             is_draft_runner=True, skip_prefill=False, _verify_mask=None, fa_impl_ver=3,
         )
+        translator = plain_kv_index_translator(req_to_token, page_size, device)
+        if translator is not None:  # 0.5.19+: __init__ takes the model runner's
+            b.kv_index_translator = translator
         b.__dict__.update(overrides)
         b.init_cuda_graph_state(max(capture_bs), max(capture_bs) * topk)
         multi.attn_backends.append(b)

@@ -8,8 +8,9 @@ module-level ``prepare_for_draft`` (0.5.16+; the tests skip elsewhere):
   from a shuffled free list, full prefix pages shared between requests as the radix cache shares
   them, on a real ``MHATokenToKVPool``;
 - :func:`prepare_for_draft`: SGLang's ``prepare_for_draft`` (paged branch), its copy recorded;
-- :func:`plain_translator`: 0.5.23's ``KVIndexTranslator`` for a plain pool; None on a release
-  without one (0.5.17), where the backends read ``req_to_token`` ids directly.
+- :func:`plain_translator`: SGLang's ``KVIndexTranslator`` (0.5.19+) built by its own ``__init__``
+  for the case's plain pool; None on a release without one (0.5.17, 0.5.18), where the backends
+  read ``req_to_token`` ids directly.
 
 No module here exists only on one release: a test that needs one imports it itself.
 """
@@ -23,11 +24,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.speculative import eagle_worker_common as ewc
 
 from helpers.sglang_source import undecorated
-
-try:  # 0.5.23: who translates KV ids is one object per model runner
-    from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
-except ImportError:  # 0.5.17: no translator
-    KVIndexTranslator = None
+from sglang_eagle_paged.tools.harness import plain_kv_index_translator
 
 # The function as written, not its torch.compile wrapper (which recompiles per shape on CPU).
 draft_decode_set_expand_metadata = undecorated(
@@ -136,12 +133,11 @@ def expected_reads(case, prep, step):
     return out
 
 
-def plain_translator(r2t):
-    """SGLang's KVIndexTranslator as it is for a plain pool: no id space translates reads (None
-    on a release without the translator)."""
-    if KVIndexTranslator is None:
-        return None
-    t = object.__new__(KVIndexTranslator)
-    t._spaces = {}
-    t.req_to_token = r2t
-    return t
+def plain_translator(case):
+    """SGLang's KVIndexTranslator as a draft runner builds it for the case's plain pool (a paged
+    allocator over it): no id space translates reads. None on a release without the translator."""
+    from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
+
+    allocator = PagedTokenToKVPoolAllocator(case.pool.size, case.page, torch.float32, "cpu", case.pool,
+                                            need_sort=False)
+    return plain_kv_index_translator(case.r2t, case.page, "cpu", allocator=allocator, pool=case.pool)

@@ -82,7 +82,7 @@ def _triton_indices(case, prep):
     be = object.__new__(trb.TritonMultiStepDraftBackend)
     be.topk, be.speculative_num_steps, be.page_size = case.topk, case.steps, case.page
     be.max_context_len = case.r2t.shape[1]
-    be.kv_index_translator = plain_translator(case.r2t)
+    be.kv_index_translator = plain_translator(case)
     be.kv_indptr = torch.zeros((case.steps, _max_bs(case) + 1), dtype=torch.int32)
     be.draft_window_size = be.draft_sink_size = 0
     be.window_rail, be.cuda_graph_window_kv_indices = False, None
@@ -102,7 +102,7 @@ def _flashinfer_indices(case, prep, monkeypatch, host_indptr):
     be.topk, be.speculative_num_steps, be.page_size = case.topk, case.steps, case.page
     be.generate_draft_decode_kv_indices = cache_locs.generate_draft_decode_kv_indices
     be.pool_len = case.r2t.shape[1]
-    be.kv_index_translator = plain_translator(case.r2t)
+    be.kv_index_translator = plain_translator(case)
     be.kv_indptr = torch.zeros((case.steps, _max_bs(case) + 1), dtype=torch.int32)
     be.draft_window_size = be.draft_sink_size = 0
     width = draft_kv_indices_buffer_width(case.bs, case.topk, be.pool_len)

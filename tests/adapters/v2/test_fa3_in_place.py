@@ -19,7 +19,7 @@ SGLang's own code decides everything but the attention arithmetic, run on CPU:
 
 It runs on each release with that release's own code: 0.5.23 (``.venv``) and 0.5.17
 (``.venv-517``, scripts/test.sh's v517 part), whose builders differ (docs/backend_reads.md,
-"fa3 in place on 0.5.17").
+"fa3 in place on 0.5.17"), and 0.5.18 .. 0.5.22 (scripts/check_fa3_proofs.sh).
 
 FA3's CUDA kernel cannot run on CPU. :func:`fa3_reference` stands in for it: plain torch,
 reading ``k_cache[page_table[z, j // P], j % P]`` for ``j < cache_seqlens[z]`` with the queries
@@ -139,11 +139,10 @@ def _backend(case, step_id):
     be.use_mla, be.attn_cp_size, be.is_draft_runner = False, 1, True
     be.has_swa, be.fa_impl_ver = False, 3
     be.has_local_attention = False  # 0.5.17's name for local attention (0.5.23 derives it too)
-    translator = plain_translator(case.r2t)
-    if translator is not None:  # 0.5.23
-        translator.is_translating = False
+    translator = plain_translator(case)
+    if translator is not None:  # 0.5.19+
         be.kv_index_translator = translator
-    else:  # 0.5.17: no translator; __init__ asks the allocator whether ids are virtual (MLA only)
+    else:  # 0.5.17, 0.5.18: no translator; __init__ asks the allocator whether ids are virtual (MLA only)
         allocator = PagedTokenToKVPoolAllocator(case.pool.size, case.page, torch.float32, "cpu", case.pool,
                                                 need_sort=False)  # a plain pool's allocator
         be._unified_hooks = unified_mla_hooks(allocator)
