@@ -11,7 +11,9 @@ own method. Compared with SGLang 0.5.12.post1's version it:
 - where SGLang's paged allocator's free list holds the draft's slots, reads them from
   its free pages inside the assignment launch itself (one launch for slots, rows and
   pairs), allocating nothing; elsewhere it allocates as SGLang does and restores the
-  allocator in a ``finally``, so a failure cannot leak the draft slots.
+  allocator in a ``finally``, so a failure cannot leak the draft slots;
+- counts the requests and accumulates penalties after its own part (SGLang: first), so that on a
+  fault SGLang's method, which then serves the call, has nothing to repeat.
 """
 
 import contextlib
@@ -109,15 +111,7 @@ def _allocate_tree_extension(worker, batch):
 
 def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
     batch.maybe_evict_swa()
-    for req in batch.reqs:
-        req.decode_batch_idx += 1
     spec_info = batch.spec_info
-    if batch.sampling_info.penalizer_orchestrator.is_required:
-        # the relaxed penalty accumulation SGLang uses for speculative decoding
-        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
-            compat.last_verified_tokens(spec_info).to(torch.int64)
-        )
-
     rows, req_to_token = batch.req_pool_indices, batch.req_to_token_pool.req_to_token
     config = (worker.page_size, worker.topk, worker.speculative_num_steps)
     free_pages = _readable_free_pages(worker, batch)
@@ -138,6 +132,15 @@ def draft_preprocess_decode(worker, batch, mode: Mode = Mode.ON) -> None:
         # The draft slots live only for this step: the verify step allocates its own.
         if allocator_state is not None:
             worker.token_to_kv_pool_allocator.restore_state(allocator_state)
+    # SGLang's own bookkeeping, which SGLang does first: here after our part, which does not read
+    # it, so that a fault in ours leaves nothing for SGLang's method to count twice.
+    for req in batch.reqs:
+        req.decode_batch_idx += 1
+    if batch.sampling_info.penalizer_orchestrator.is_required:
+        # the relaxed penalty accumulation SGLang uses for speculative decoding
+        batch.sampling_info.penalizer_orchestrator.cumulate_output_tokens(
+            compat.last_verified_tokens(spec_info).to(torch.int64)
+        )
 
 
 @contextlib.contextmanager
@@ -244,21 +247,16 @@ def draft_preprocess_decode_hook(mode: Mode):
     """AROUND hook for ``EAGLEWorker._draft_preprocess_decode``, for ``mode`` on or fake.
 
     A fault in ours never reaches the scheduler: SGLang's own method serves that call and every
-    later one (where the method fails as well, its error is raised and ours stays on). Ours has
-    then done part of SGLang's preamble, which the method repeats: the
-    request counters are put back first, the allocator was restored by ours, and the rows,
-    slots and copies the method writes again. A penalized batch (SGLang's relaxed penalty
-    accumulation) counts that one round's tokens twice."""
+    later one (where the method fails as well, its error is raised and ours stays on). Nothing of
+    ours needs undoing first: the allocator is restored by ours, the rows, slots and copies the
+    method writes again, and the request counters and penalties come after our part."""
 
     def around(original, worker, batch):
         if not handles(worker) or _switched_off:
             return original(worker, batch)
-        counters = [req.decode_batch_idx for req in batch.reqs]
         try:
             return draft_preprocess_decode(worker, batch, mode)
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's method serves
-            for req, n in zip(batch.reqs, counters):
-                req.decode_batch_idx = n
             # Where SGLang's method fails too (out of KV memory), the error is SGLang's to raise,
             # as it would without us, and ours stays on.
             result = original(worker, batch)

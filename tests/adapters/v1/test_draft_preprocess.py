@@ -148,8 +148,8 @@ def test_hook_runs_ours_for_paged_tree(mode):
 def test_a_fault_in_ours_serves_sglangs_own_method_then_and_after(monkeypatch, caplog):
     """The fault rule on v1: an exception in our path (here our copy, after our allocation) never
     reaches the scheduler. SGLang's own method, unhooked, serves that call as if ours had not run
-    (each request counted once, the allocator as before, every branch reading the prefix) and
-    every later one; one ERROR line."""
+    (each request counted and its penalties accumulated once, the allocator as before, every branch
+    reading the prefix) and every later one; one ERROR line."""
     from sglang_eagle_paged.adapters.v1 import draft_preprocess
 
     monkeypatch.setattr(draft_preprocess._switched_off, "reason", None)
@@ -165,11 +165,14 @@ def test_a_fault_in_ours_serves_sglangs_own_method_then_and_after(monkeypatch, c
     monkeypatch.setattr(draft_preprocess, "move_pairs", broken_copy)
     hook = draft_preprocess_decode_hook(Mode.ON)
     batch = ours_h.batch(rows)
+    accumulated = []  # a penalized batch: SGLang's relaxed penalty accumulation, once per round
+    batch.sampling_info.penalizer_orchestrator = SimpleNamespace(is_required=True,
+                                                                 cumulate_output_tokens=accumulated.append)
     free = ours_h.allocator.available_size()
     with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         hook(sglang_method(), ours_h.worker, batch)
     assert faults == [1] and draft_preprocess._switched_off
-    assert [r.decode_batch_idx for r in batch.reqs] == [1, 1]
+    assert [r.decode_batch_idx for r in batch.reqs] == [1, 1] and len(accumulated) == 1
     assert ours_h.allocator.available_size() == free
     assert torch.equal(batch.out_cache_loc.long(), theirs.out_cache_loc.long())
     assert ours_h.mismatched_branches(rows) == []
