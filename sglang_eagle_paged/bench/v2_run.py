@@ -61,12 +61,19 @@ def pair_done(path: Path, rounds: int) -> bool:
             and all(s.get("rounds", 0) >= rounds for s in summaries))
 
 
+def _say_in_flight(tag: str, parallel: int, questions: int) -> None:
+    if in_flight(parallel, questions) < parallel:  # one client thread per conversation
+        print(f"[{tag}] parallel {parallel} over {questions} conversations: at most {questions} requests in flight "
+              f"(--questions {parallel} keeps {parallel})")
+
+
 def sweep(a) -> int:
     cfgs = [sized_for(c, a) for c in v2_sets.configs(a.set, a.only)]
     out = Path(a.out)
     if a.probe_dir:
         cfgs = with_probe(cfgs, a.probe_dir, lambda c: {SYNC_ENV: str(out / "sync" / c.name)})
     pool = kv_sizing.pool_for(a, cfgs, a.questions, a.parallel, "v2 sweep", a.tokenizer)
+    _say_in_flight("v2 sweep", a.parallel, a.questions)
     if a.dry_run:
         print(f"[v2 sweep] {len(cfgs)} configurations, {a.questions} questions at parallel {a.parallel}, "
               f"{a.max_new} tokens")
@@ -89,10 +96,7 @@ def ab(a) -> int:
     out = Path(a.out)
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
-    top = max((a.parallel, *more))
-    if in_flight(top, a.questions) < top:  # one client thread per conversation
-        print(f"[v2 ab] parallel {top} over {a.questions} conversations: at most {a.questions} requests in flight "
-              f"(QUESTIONS >= PARALLEL keeps {top})")
+    _say_in_flight("v2 ab", max((a.parallel, *more)), a.questions)
     for pa, pb in v2_sets.pairs(a.pairs):
         pa, pb = (sized_for(c, a) for c in (pa, pb))
         where = pair_dir(out, pa, pb)

@@ -276,6 +276,9 @@ def test_call_correct_takes_its_parallelism_from_the_environment(tmp_path):
     assert "[v2 sweep] 2 configurations, 16 questions at parallel 1, 160 tokens" in one.stdout
     default = _call(tmp_path, "correct", V2_ONLY="on_p64,off_p64")
     assert "16 questions at parallel 16," in default.stdout, default.stdout
+    assert "in flight" not in one.stdout + default.stdout
+    wide = _call(tmp_path, "correct", V2_ONLY="on_p64,off_p64", V2_PARALLEL="32")
+    assert "[v2 sweep] parallel 32 over 16 conversations: at most 16 requests in flight" in wide.stdout, wide.stdout
 
 
 @needs_tools
