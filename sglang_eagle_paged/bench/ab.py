@@ -29,7 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   retractions_of, server_args, warmup_mixes)
 from . import cpu_pinning, kv_sizing, triton_cache
 from . import gc_stats
-from .mtbench import Client, in_flight, load_questions, require_chat_template, run_benchmark, sized
+from .mtbench import Client, in_flight, in_flight_note, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
@@ -105,6 +105,12 @@ def pass_spread(values: list) -> float | None:
     return round(100 * sd, 2) if sd is not None else None
 
 
+def _wall_share(passes: list, seconds) -> float | None:
+    """Mean over ``passes`` of ``seconds(pass)`` over the pass's wall time, where both are known."""
+    shares = [seconds(p) / p["wall_s"] for p in passes if seconds(p) is not None and p.get("wall_s")]
+    return sum(shares) / len(shares) if shares else None
+
+
 def summarize_pair(passes: list) -> dict:
     """Per parallelism: each side's throughput and acceptance, and :func:`ratio_stats` of B over A."""
     out = {}
@@ -144,11 +150,9 @@ def summarize_pair(passes: list) -> dict:
         retracted = {side: (None if any(by[r, side].get("retractions") is None for r in rounds)
                             else sum(by[r, side]["retractions"] for r in rounds)) for side in ("A", "B")}
         gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
-        gc_share = lambda side: mean([by[r, side]["gc"]["ms"] / (1e3 * by[r, side]["wall_s"])  # noqa: E731
-                                      for r in rounds if by[r, side].get("gc") and by[r, side].get("wall_s")])
-        client = lambda side: mean([by[r, side]["client_cpu_s"] / by[r, side]["wall_s"]  # noqa: E731
-                                    for r in rounds if by[r, side].get("client_cpu_s") is not None
-                                    and by[r, side].get("wall_s")])
+        gc_s = lambda p: p["gc"]["ms"] / 1e3 if p.get("gc") else None  # noqa: E731
+        gc_share = lambda side: _wall_share([by[r, side] for r in rounds], gc_s)  # noqa: E731
+        client = lambda side: _wall_share([by[r, side] for r in rounds], lambda p: p.get("client_cpu_s"))  # noqa: E731
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
                          "client_cpu_share_A": client("A"), "client_cpu_share_B": client("B"),
                          "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
@@ -340,10 +344,6 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     all_questions = load_questions(question_file, None)
     questions = sized(all_questions, num_questions)
     warmup_questions = _warmup_questions(all_questions, warmup)
-    for par in (parallel, *more_parallel):
-        if in_flight(par, len(questions)) < par:
-            print(f"[ab] parallel {par} over {len(questions)} conversations: at most {len(questions)} requests "
-                  f"in flight (one client thread per conversation; --questions {par} keeps {par})", flush=True)
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos, tokenizer=tokenizer)
     if (swap_cpus or isolate_scheduler) and not pin_cpus:
         raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
@@ -478,7 +478,8 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('per_round_ms_A'), '{:.4f}')} / {fmt(s.get('per_round_ms_B'), '{:.4f}')} | "
                          f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} | "
                          f"{fmt(s.get('spread_A'), '{:.1f}%')} / {fmt(s.get('spread_B'), '{:.1f}%')} | "
-                         f"{fmt(s.get('client_cpu_share_A'), '{:.0%}')} / {fmt(s.get('client_cpu_share_B'), '{:.0%}')} |")
+                         f"{fmt(s.get('client_cpu_share_A'), '{:.0%}')} / "
+                         f"{fmt(s.get('client_cpu_share_B'), '{:.0%}')} |")
     pinning = results.get("cpu_pinning")
     if pinning:
         lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(
@@ -590,6 +591,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     configs = configs_of(a)
     pairs = _parse_pairs(a.pairs, configs)
+    note = in_flight_note(a.parallel, a.questions)
+    if note:
+        print(f"[ab] {note}", flush=True)
     a.max_total_tokens = kv_sizing.pool_for(a, [c for pair in pairs for c in pair], a.questions, a.parallel, "ab",
                                             a.tokenizer)
     try:

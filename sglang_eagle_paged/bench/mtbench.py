@@ -400,6 +400,14 @@ def in_flight(parallel: int, conversations: int) -> int:
     return max(1, min(parallel, conversations))
 
 
+def in_flight_note(parallel: int, conversations: int) -> str | None:
+    """One line for a workload whose conversations cap the requests in flight; None where they do not."""
+    if in_flight(parallel, conversations) >= parallel:
+        return None
+    return (f"parallel {parallel} over {conversations} conversations: at most {conversations} requests in flight "
+            f"(one client thread per conversation; --questions {parallel} keeps {parallel})")
+
+
 def run_benchmark(
     base_url: str,
     questions: Sequence[dict],
@@ -432,8 +440,9 @@ def run_benchmark(
     records.sort(key=lambda r: (str(r["question_id"]).zfill(8), r["turn"]))
     return {
         "metadata": metadata(info, {"base_url": base_url, "parallel": parallel,
-                                    "in_flight_max": in_flight(parallel, len(questions)), "max_new_tokens": max_new_tokens,
-                                    "tokenizer": tokenizer, "num_questions": len(questions),
+                                    "in_flight_max": in_flight(parallel, len(questions)),
+                                    "max_new_tokens": max_new_tokens, "tokenizer": tokenizer,
+                                    "num_questions": len(questions),
                                     **(extra_metadata or {})}),
         "server": server_info_summary(info),
         "server_info": info,

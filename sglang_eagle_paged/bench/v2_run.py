@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import kv_sizing, v2_sets
 from .e2e import add_workload_args, run_configs
-from .mtbench import in_flight
+from .mtbench import in_flight_note
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -62,9 +62,9 @@ def pair_done(path: Path, rounds: int) -> bool:
 
 
 def _say_in_flight(tag: str, parallel: int, questions: int) -> None:
-    if in_flight(parallel, questions) < parallel:  # one client thread per conversation
-        print(f"[{tag}] parallel {parallel} over {questions} conversations: at most {questions} requests in flight "
-              f"(--questions {parallel} keeps {parallel})")
+    note = in_flight_note(parallel, questions)
+    if note:
+        print(f"[{tag}] {note}")
 
 
 def sweep(a) -> int:

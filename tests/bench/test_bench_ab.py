@@ -575,3 +575,8 @@ def test_main_sizes_the_pool_for_every_configuration_of_its_pairs(monkeypatch, t
     with pytest.raises(SystemExit):  # a number stays that number
         ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--max-total-tokens", "90000"])
     assert seen["max_total_tokens"] == 90000
+    assert "in flight" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # more threads than conversations: said before anything runs
+        ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--max-total-tokens", "90000",
+                 "--parallel", "64", "--questions", "8"])
+    assert "[ab] parallel 64 over 8 conversations: at most 8 requests in flight" in capsys.readouterr().out

@@ -160,8 +160,8 @@ def reads_in_place(draft_backend) -> bool:
     """True where every per-step backend of SGLang's multi-step FA3 draft backend reads the prefix
     tail in place (marked covered by :func:`after_backend_init`), so no reader sees the copy."""
     steps = list(getattr(draft_backend, "attn_backends", ()) or ())
-    return not SWITCH and bool(steps) and all(getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1
-                               for step in steps)
+    return not SWITCH and bool(steps) and all(
+        getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1 for step in steps)
 
 
 def after_metadata(result, backend, forward_batch, *args, **kwargs):

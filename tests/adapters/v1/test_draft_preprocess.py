@@ -165,7 +165,10 @@ def test_a_fault_in_ours_serves_sglangs_own_method_then_and_after(monkeypatch, c
     monkeypatch.setattr(draft_preprocess, "move_pairs", broken_copy)
     hook = draft_preprocess_decode_hook(Mode.ON)
     batch = ours_h.batch(rows)
-    accumulated = []  # a penalized batch: SGLang's relaxed penalty accumulation, once per round
+    # a penalized batch, SGLang's relaxed penalty accumulation once per round: the harness's batch is a
+    # namespace in place of a ScheduleBatch (SGLang's orchestrator needs real requests), so its
+    # orchestrator here only records what both methods hand it
+    accumulated = []
     batch.sampling_info.penalizer_orchestrator = SimpleNamespace(is_required=True,
                                                                  cumulate_output_tokens=accumulated.append)
     free = ours_h.allocator.available_size()
@@ -184,19 +187,23 @@ def test_a_fault_in_ours_serves_sglangs_own_method_then_and_after(monkeypatch, c
 
 
 def test_where_sglangs_method_fails_too_its_error_is_raised_and_ours_stays_on(monkeypatch):
+    """Out of KV memory while drafting: ours raises SGLang's own error, and so does SGLang's method
+    (unhooked, on the same pool), which then serves the call; the error is SGLang's to raise, as
+    without us, and ours stays on. The requests are counted once, by SGLang's method."""
     from sglang_eagle_paged.adapters.v1 import draft_preprocess
 
     monkeypatch.setattr(draft_preprocess._switched_off, "reason", None)
-    h, rows = build(16, 4, 3, [5, 20])
-
-    def out_of_memory(*args, **kwargs):
-        raise RuntimeError("out of KV memory")
-
-    monkeypatch.setattr(draft_preprocess, "draft_preprocess_decode", out_of_memory)
-    with pytest.raises(RuntimeError, match="SGLang's own"):
-        draft_preprocess_decode_hook(Mode.ON)(lambda w, b: (_ for _ in ()).throw(RuntimeError("SGLang's own")),
-                                               h.worker, h.batch(rows))
+    h = PagedTreeHarness(16, 8, 5, num_tokens=256, head_num=1, head_dim=8, max_reqs=8)
+    h.tree_cache.pretty_print = lambda: None  # SGLang's OOM path prints the tree
+    h.tree_cache.available_and_evictable_str = lambda: "test pool"
+    rows = [h.add_request(n) for n in (100, 90)]
+    free_pages = h.allocator.free_pages.clone()
+    batch = h.batch(rows)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        draft_preprocess_decode_hook(Mode.ON)(sglang_method(), h.worker, batch)
     assert not draft_preprocess._switched_off
+    assert [r.decode_batch_idx for r in batch.reqs] == [1, 1]
+    assert torch.equal(h.allocator.free_pages, free_pages)
 
 
 # --- against SGLang's own method ---------------------------------------------------
