@@ -28,7 +28,7 @@ from pathlib import Path
 from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, log_end,
                   retractions_of, server_args, warmup_mixes)
 from . import cpu_pinning, kv_sizing, triton_cache
-from . import gc_stats
+from . import gc_stats, proc_cpu
 from .mtbench import Client, in_flight, in_flight_note, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
 
@@ -111,6 +111,16 @@ def _wall_share(passes: list, seconds) -> float | None:
     return sum(shares) / len(shares) if shares else None
 
 
+def _pgid(server) -> int | None:
+    """The server's process group (its own session: every process it forks), None if not running."""
+    proc = getattr(server, "proc", None)
+    return proc.pid if proc is not None else None
+
+
+def _scheduler_s(p: dict) -> float | None:
+    return ((p.get("cpu_s") or {}).get("server") or {}).get("scheduler")
+
+
 def summarize_pair(passes: list) -> dict:
     """Per parallelism: each side's throughput and acceptance, and :func:`ratio_stats` of B over A."""
     out = {}
@@ -153,8 +163,10 @@ def summarize_pair(passes: list) -> dict:
         gc_s = lambda p: p["gc"]["ms"] / 1e3 if p.get("gc") else None  # noqa: E731
         gc_share = lambda side: _wall_share([by[r, side] for r in rounds], gc_s)  # noqa: E731
         client = lambda side: _wall_share([by[r, side] for r in rounds], lambda p: p.get("client_cpu_s"))  # noqa: E731
+        scheduler = lambda side: _wall_share([by[r, side] for r in rounds], _scheduler_s)  # noqa: E731
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
                          "client_cpu_share_A": client("A"), "client_cpu_share_B": client("B"),
+                         "scheduler_cpu_share_A": scheduler("A"), "scheduler_cpu_share_B": scheduler("B"),
                          "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
                          "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
@@ -258,12 +270,14 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             gc_before = gc_stats.read_totals(gc_dir) if gc_dir else None
             log = getattr(servers[side], "log_file", None)
             log_start = log_end(log)
+            cpu_before = proc_cpu.snapshot(_pgid(servers[side]))
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
             variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
             rec = _pass_record(bench, side, rnd, par, compiled, signatures)
             rec.update(retractions_of(log, log_start, "this pass"))
+            rec["cpu_s"] = proc_cpu.difference(cpu_before, proc_cpu.snapshot(_pgid(servers[side])))
             if placed is not None:
                 rec["cpus"] = placed[side]
             if gc_dir:
@@ -466,9 +480,12 @@ def markdown(results: dict) -> str:
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
               "compiled during the passes; pass spread: standard deviation of each side's log throughput over its "
               "passes, in percent (the noise); client CPU: the benchmark client's CPU seconds over the pass's wall "
-              "time (near 100%, the client paces the pass).", "",
+              "time (near 100%, the client paces the pass); scheduler CPU: the same for the server's scheduler "
+              "process (near 100%, its Python paces the pass; per pass in `ab.json`, `cpu_s`, with the server's other "
+              "processes and the whole host's busy and stolen seconds).", "",
               "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "
-              "| compiled A / B | pass spread A / B | client CPU A / B |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| compiled A / B | pass spread A / B | client CPU A / B | scheduler CPU A / B |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for pair in results["pairs"].values():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
@@ -479,7 +496,9 @@ def markdown(results: dict) -> str:
                          f"{s.get('compiled_A', '-')} / {s.get('compiled_B', '-')} | "
                          f"{fmt(s.get('spread_A'), '{:.1f}%')} / {fmt(s.get('spread_B'), '{:.1f}%')} | "
                          f"{fmt(s.get('client_cpu_share_A'), '{:.0%}')} / "
-                         f"{fmt(s.get('client_cpu_share_B'), '{:.0%}')} |")
+                         f"{fmt(s.get('client_cpu_share_B'), '{:.0%}')} | "
+                         f"{fmt(s.get('scheduler_cpu_share_A'), '{:.0%}')} / "
+                         f"{fmt(s.get('scheduler_cpu_share_B'), '{:.0%}')} |")
     pinning = results.get("cpu_pinning")
     if pinning:
         lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(

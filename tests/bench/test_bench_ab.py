@@ -101,18 +101,20 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
     assert ab._pass_record(bench, "A", 0, 16, {"k": 1})["compiled"] == {"k": 1}
 
 
-def test_the_clients_cpu_share_of_each_pass_is_averaged_per_side():
+def test_the_clients_and_the_schedulers_cpu_share_of_each_pass_are_averaged_per_side():
     passes = [dict(round=r, side=side, parallel=16, output_throughput=100, acceptance_length=2.0, errors=0,
-                   wall_s=2.0, client_cpu_s=cpu)
-              for r, side, cpu in [(0, "A", 0.5), (0, "B", 1.8), (1, "B", 1.6), (1, "A", 1.5)]]
+                   wall_s=2.0, client_cpu_s=cpu, cpu_s={"server": {"scheduler": sched, "main": 0.3}, "host": {}})
+              for r, side, cpu, sched in [(0, "A", 0.5, 2.0), (0, "B", 1.8, 1.0), (1, "B", 1.6, 1.4),
+                                          (1, "A", 1.5, 1.8)]]
     s = ab.summarize_pair(passes)["16"]
     assert s["client_cpu_share_A"] == pytest.approx(0.5) and s["client_cpu_share_B"] == pytest.approx(0.85)
+    assert s["scheduler_cpu_share_A"] == pytest.approx(0.95) and s["scheduler_cpu_share_B"] == pytest.approx(0.6)
     md = ab.markdown({"rounds": 2, "num_questions": 16, "parallel": 16, "parallel1_questions": 0, "max_new_tokens": 8,
                       "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"16": s}}}})
-    assert md.rstrip().endswith("| 50% / 85% |")
-    # recordings from before the field: no share, a dash
-    old = ab.summarize_pair([{k: v for k, v in p.items() if k != "client_cpu_s"} for p in passes])["16"]
-    assert old["client_cpu_share_A"] is None
+    assert md.rstrip().endswith("| 50% / 85% | 95% / 60% |")
+    # recordings from before the fields: no share, a dash
+    old = ab.summarize_pair([{k: v for k, v in p.items() if k not in ("client_cpu_s", "cpu_s")} for p in passes])
+    assert old["16"]["client_cpu_share_A"] is None and old["16"]["scheduler_cpu_share_B"] is None
 
 
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
@@ -158,6 +160,8 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     # every pass keeps the client's own CPU time (a process's CPU time: never negative)
     assert all(p["client_cpu_s"] is not None and p["client_cpu_s"] >= 0 for p in pair["passes"])
     assert pair["summary"]["2"]["client_cpu_share_A"] is not None
+    # and the host's CPU seconds (these fake servers are threads of this process: no process group)
+    assert all(p["cpu_s"]["server"] == {} and p["cpu_s"]["host"]["busy"] >= 0 for p in pair["passes"])
     md = ab.markdown(res)
     assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
     pytest.importorskip("matplotlib")
