@@ -31,29 +31,33 @@ import sys
 from pathlib import Path
 
 from sglang_eagle_paged.bench.ab import ratio_stats, t95
+from sglang_eagle_paged.bench.mtbench import in_flight
 
 
 def pair_rounds(paths: list) -> dict:
-    """{(A name, B name, output tokens, parallel): [(path, per-round ratios), ...]}, in the order of
-    ``paths``. The output length is part of the key: a one-token probe is another workload."""
+    """{(A name, B name, output tokens, parallel, requests in flight): [(path, per-round ratios), ...]},
+    in the order of ``paths``. The output length is part of the key: a one-token probe is another
+    workload; so are the requests in flight: 64 client threads over 32 conversations keep 32."""
     groups = {}
     for path in paths:
         rec = json.loads(Path(path).read_text())
         for pair in rec["pairs"].values():
             for parallel, summary in pair["summary"].items():
                 if summary.get("ratios"):
-                    key = (pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel))
+                    conversations = rec.get("num_questions")
+                    flying = in_flight(int(parallel), conversations) if conversations else int(parallel)
+                    key = (pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel), flying)
                     groups.setdefault(key, []).append((str(path), summary["ratios"]))
     return groups
 
 
 def pool(groups: dict) -> list:
     rows = []
-    for (a, b, tokens, parallel), recs in sorted(groups.items(),
-                                                 key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0, -kv[0][3])):
+    for (a, b, tokens, parallel, flying), recs in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0, -kv[0][3], -kv[0][4])):
         everything = [r for _, ratios in recs for r in ratios]
         units = [ratio_stats([1.0] * len(ratios), ratios)["ratio"] for _, ratios in recs]
-        rows.append({"A": a, "B": b, "tokens": tokens, "parallel": parallel, "recordings": [p for p, _ in recs],
+        rows.append({"A": a, "B": b, "tokens": tokens, "parallel": parallel, "in_flight": flying, "recordings": [p for p, _ in recs],
                      "per_recording": units,
                      "rounds_pooled": ratio_stats([1.0] * len(everything), everything),
                      "recordings_as_units": ratio_stats([1.0] * len(units), units)})
@@ -149,12 +153,14 @@ def _interval(s: dict) -> str:
 
 
 def markdown(rows: list) -> str:
-    lines = ["| A | B | tokens | parallel | recordings | per recording | rounds pooled | 95% (rounds) | "
+    lines = ["| A | B | tokens | parallel (in flight) | recordings | per recording | rounds pooled | 95% (rounds) | "
              "recordings as units, 95% |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s, u = r["rounds_pooled"], r["recordings_as_units"]
-        lines.append(f"| {r['A']} | {r['B']} | {r.get('tokens') or '-'} | {r['parallel']} | {len(r['recordings'])} | "
+        flying = r.get("in_flight", r["parallel"])
+        par = f"{r['parallel']}" + (f" ({flying} in flight)" if flying != r["parallel"] else "")
+        lines.append(f"| {r['A']} | {r['B']} | {r.get('tokens') or '-'} | {par} | {len(r['recordings'])} | "
                      f"{', '.join(f'{x:.3f}' for x in r['per_recording'])} | {s['rounds']} rounds | "
                      f"{_interval(s)} | {_interval(u) if u['rounds'] > 1 else '- (one recording)'} |")
     return "\n".join(lines) + "\n"

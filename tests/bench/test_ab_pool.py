@@ -11,9 +11,9 @@ from sglang_eagle_paged.bench import ab_pool as mod
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _recording(path, b_name, ratios_by_parallel):
+def _recording(path, b_name, ratios_by_parallel, conversations=None):
     summary = {str(par): {"ratios": ratios} for par, ratios in ratios_by_parallel.items()}
-    rec = {"rounds": 2, "pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": b_name}, "summary": summary}}}
+    rec = {"rounds": 2, **({"num_questions": conversations} if conversations else {}), "pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": b_name}, "summary": summary}}}
     path.write_text(json.dumps(rec))
     return str(path)
 
@@ -36,6 +36,18 @@ def test_rounds_of_the_same_pair_and_parallelism_are_pooled(tmp_path):
     assert rows["on_p64", 1]["recordings_as_units"]["high"] is None  # one recording says nothing of the noise
     table = mod.markdown(list(rows.values()))
     assert "| on_p1 | on_p64 | - | 16 | 2 |" in table and "not measured" not in table  # no output length recorded
+
+
+def test_one_parallelism_over_fewer_conversations_than_threads_is_another_workload(tmp_path):
+    # 64 threads over 32 conversations keep 32 requests in flight: not pooled with 64 over 64
+    capped = _recording(tmp_path / "1.json", "on_p64", {64: [0.8, 0.9]}, conversations=32)
+    full = _recording(tmp_path / "2.json", "on_p64", {64: [0.85, 0.95]}, conversations=64)
+    capped_too = _recording(tmp_path / "3.json", "on_p64", {64: [0.7, 0.75]}, conversations=32)
+    rows = mod.pool(mod.pair_rounds([capped, full, capped_too]))
+    assert [(r["parallel"], r["in_flight"], r["recordings"]) for r in rows] == [
+        (64, 64, [full]), (64, 32, [capped, capped_too])]
+    table = mod.markdown(rows)
+    assert "| on_p1 | on_p64 | - | 64 | 1 |" in table and "| on_p1 | on_p64 | - | 64 (32 in flight) | 2 |" in table
 
 
 def test_the_committed_runs_give_the_pooled_numbers_their_readme_states():
