@@ -113,9 +113,9 @@ def doctor_lines(settings_or_mode) -> list:
             continue
         pool = SimpleNamespace()
         backends.record_reader(pool, SimpleNamespace(draft_attn_backend=cls.__new__(cls)))
-        copy, reason = backends.pool_decision(pool)
-        out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if copy else "skipped: ")
-                    + reason))
+        decision = backends.pool_decision(pool)
+        out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if decision.copy else "skipped: ")
+                    + decision.reason))
     if isinstance(settings_or_mode, Settings):
         out.append(("fa3 metadata", _fa3_metadata_line(settings_or_mode, version)))
         if mode is Mode.ON:

@@ -28,8 +28,19 @@ backend in effect). The warm-up hook records the runner on its pool (:func:`reco
 """
 
 import os
+from typing import NamedTuple
 
 from . import fa3_in_place
+
+
+class CopyDecision(NamedTuple):
+    """Whether the duplication copies for a draft decode backend, and why. ``in_place``: no copy
+    because FA3 reads the prefix's tail where it lies (opt-in), the one no-copy reader whose fault
+    brings the copy back while serving, so the copy kernel is still compiled for it."""
+
+    copy: bool
+    reason: str
+    in_place: bool = False
 
 # SGLang's multi-step draft decode backends by class (module.qualname, the same in 0.5.13.post1,
 # 0.5.15.post1, 0.5.17 and 0.5.23): the backend name, whether its draft decode reads the copied
@@ -60,26 +71,27 @@ def class_path(obj) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def copy_needed(draft_backend) -> tuple:
-    """``(True, reason)`` when the prefix-tail duplication must copy for a draft decode run by
-    ``draft_backend`` (SGLang's multi-step draft backend object, or None), ``(False, reason)``
-    when no reader can see what it would copy."""
+def copy_needed(draft_backend) -> CopyDecision:
+    """Copy (and why) when the prefix-tail duplication must copy for a draft decode run by
+    ``draft_backend`` (SGLang's multi-step draft backend object, or None); no copy where no reader
+    can see what it would copy, or FA3 reads the tail in place."""
     if draft_backend is None:
-        return True, "no multi-step draft decode backend (steps <= 1, or not built yet): copy as SGLang does"
+        return CopyDecision(True, "no multi-step draft decode backend (steps <= 1, or not built yet): "
+                                  "copy as SGLang does")
     path = class_path(draft_backend)
     entry = READERS.get(path)
     if entry is None:
-        return True, f"draft decode backend {path} is not covered by the proof: copy as SGLang does"
+        return CopyDecision(True, f"draft decode backend {path} is not covered by the proof: copy as SGLang does")
     _name, reads, why = entry
     if reads:
         if fa3_in_place.reads_in_place(draft_backend):  # SGLANG_EAGLE_PAGED_FA3_IN_PLACE, covered backends
-            return False, fa3_in_place.REASON
-        return True, why
+            return CopyDecision(False, fa3_in_place.REASON, in_place=True)
+        return CopyDecision(True, why)
     if os.environ.get(_HND_ENV, "").strip().lower() in _TRUE:
-        return True, f"{_HND_ENV} (HND pool layout) is not covered by the proof: copy as SGLang does"
+        return CopyDecision(True, f"{_HND_ENV} (HND pool layout) is not covered by the proof: copy as SGLang does")
     if any((getattr(step, "dcp_size", 1) or 1) > 1 for step in getattr(draft_backend, "attn_backends", ()) or ()):
-        return True, "decode context parallelism is not covered by the proof: copy as SGLang does"
-    return False, why
+        return CopyDecision(True, "decode context parallelism is not covered by the proof: copy as SGLang does")
+    return CopyDecision(False, why)
 
 
 def record_reader(pool, draft_runner) -> None:
@@ -87,13 +99,13 @@ def record_reader(pool, draft_runner) -> None:
     setattr(pool, _READER_ATTR, draft_runner)
 
 
-def pool_decision(pool) -> tuple:
+def pool_decision(pool) -> CopyDecision:
     """:func:`copy_needed` for the draft decode backend that reads ``pool`` now (the recorded
     runner's ``draft_attn_backend``: read per call, SGLang swaps it when its step configuration
     changes); copy where no runner was recorded."""
     runner = getattr(pool, _READER_ATTR, None)
     if runner is None:
-        return True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does"
+        return CopyDecision(True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does")
     backend = getattr(runner, "draft_attn_backend", None)
     off = bool(fa3_in_place.SWITCH)
     cached = getattr(pool, _DECISION_ATTR, None)

@@ -17,7 +17,7 @@ prefix tail is empty (it copies nothing) therefore compiles everything serving l
 import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
-from . import alloc_warm_up, backends, duplicate, fa3_in_place, kv_reserve_note, move_warm_up, pools
+from . import alloc_warm_up, backends, duplicate, kv_reserve_note, move_warm_up, pools
 
 _WARM_ATTR = "_eagle_paged_v2_warm"
 
@@ -31,8 +31,8 @@ def warm_up_pool(pool, topk: int, page_size: int, slot_dtype: torch.dtype) -> bo
     table = pools.copy_table(pool)
     if table is None:
         return False
-    copy, why = backends.pool_decision(pool)
-    if not copy and why != fa3_in_place.REASON:
+    decision = backends.pool_decision(pool)
+    if not decision.copy and not decision.in_place:
         return False
     done = getattr(pool, _WARM_ATTR, None)
     key = (table.keys, slot_dtype)

@@ -87,8 +87,9 @@ def _decide(backend):
                                         (fa3b.FlashAttentionMultiStepBackend, True)])
 def test_real_backend_classes_of_0_5_23_decide(cls, copies, monkeypatch):
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
-    copy, reason = _decide(object.__new__(cls))
-    assert copy is copies and reason and "\n" not in reason
+    decision = _decide(object.__new__(cls))
+    # a bare backend object: no FA3 step marked for reading in place, so no decision says in place
+    assert decision.copy is copies and not decision.in_place and decision.reason and "\n" not in decision.reason
 
 
 def test_what_the_proof_does_not_cover_copies(monkeypatch):

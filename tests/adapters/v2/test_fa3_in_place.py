@@ -348,8 +348,8 @@ def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backe
         after_backend_init(None, be)
     multi = object.__new__(FlashAttentionMultiStepBackend)
     multi.attn_backends = [be for be in built if be.is_draft_runner]  # a target's backend is not a draft step
-    copy, reason = readers.copy_needed(multi)
-    assert copy is (not in_place) and reason
+    copy, reason, by_reading_in_place = readers.copy_needed(multi)
+    assert copy is (not in_place) and by_reading_in_place is in_place and reason
     if in_place:
         multi.attn_backends[0].dcp_size = 2  # decode context parallelism: not in the proof
         assert readers.copy_needed(multi)[0] is True

@@ -95,4 +95,4 @@ def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypa
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows), draft_attn_backend=multi))
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
         warm_up.after_hook(None, worker)
-    assert backends.pool_decision(pool) == (False, fa3_in_place.REASON) and len(warm) == 1
+    assert backends.pool_decision(pool) == (False, fa3_in_place.REASON, True) and len(warm) == 1
