@@ -138,11 +138,14 @@ case "$SUB" in
       --questions "${V2_QUESTIONS:-16}" --max-new "${V2_MAX_NEW:-160}" --warmup "${V2_WARMUP:-4}" \
       --parallel "${V2_PARALLEL:-16}" --probe-dir "$PWD/scripts/device/probes" ;;
   ab)
+    # Seeded with what earlier servers on this machine compiled (the correct set's, earlier A/B calls'):
+    # SGLang's Triton kernels otherwise compile in the first CUDA-graph capture, a minute of start-up.
     measure "^\[v2 ab\]|^\| " ab ${AB_PAIRS:+--pairs "$AB_PAIRS"} "${MODEL[@]}" "${GRAPH[@]}" \
       --rounds "${ROUNDS:-6}" --questions "${QUESTIONS:-32}" --parallel1-questions "${P1_QUESTIONS:-8}" \
       --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
       --max-total-tokens "${AB_KV:-auto}" ${IGNORE_EOS:+--ignore-eos} \
-      --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" ;;
+      --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" \
+      --triton-seed "$V2_ROOT/ab-*/*/logs/triton_cache/*" ;;
   prepare)
     if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
     else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1

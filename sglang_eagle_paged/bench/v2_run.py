@@ -107,7 +107,8 @@ def ab(a) -> int:
         pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
             print(f"[v2 ab] {pa.name}:{pb.name} -> {where} (target {a.target}, draft {a.draft}, "
-                  f"chat template {a.tokenizer or 'none'}, KV pool {pool})")
+                  f"chat template {a.tokenizer or 'none'}, KV pool {pool}, "
+                  f"Triton caches to seed from {len(seeds)})")
             continue
         try:
             results = ab_mod.run_pairs([(pa, pb)], target=a.target, draft=a.draft, out_dir=str(where),

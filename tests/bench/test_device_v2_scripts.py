@@ -308,19 +308,29 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
     sized = [ln for ln in done.stdout.splitlines() if "--max-total-tokens auto:" in ln]
     assert len(sized) == 2 and all("= parallel 128 x (" in ln and "one token per UTF-8 byte" in ln for ln in sized)
     pool = int(sized[0].split("auto: ")[1].split()[0])
-    assert sized[0].endswith("the largest need of on_p64, off_p64") and f"KV pool {pool})" in done.stdout
+    assert sized[0].endswith("the largest need of on_p64, off_p64") and f"KV pool {pool}," in done.stdout
     prompt = int(sized[0].split("longest prompt ")[1].split()[0])
     assert pool == kv_sizing.pool_tokens([e2e.RunConfig("p64", page_size=64)], 128, prompt, 256)
     fixed = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536")
-    assert "KV pool 65536)" in fixed.stdout and "auto:" not in fixed.stdout, fixed.stdout + fixed.stderr
+    assert "KV pool 65536," in fixed.stdout and "auto:" not in fixed.stdout, fixed.stdout + fixed.stderr
     assert "in flight" not in fixed.stdout  # parallel 16 over 32 conversations
     # a fixed pool: auto would read the chat template's tokenizer, which is on the GPU machine only;
     # no head trained at /w: the package's
     real = _call(tmp_path, "ab", MODEL="smollm2", AB_PAIRS="on_p64:off_p64", SMOLLM2_WORK="/w", AB_KV="131072")
     assert ("(target /w/target, draft sglang_eagle_paged/testbed/smollm2-draft, chat template /w/target, "
-            "KV pool 131072)") in real.stdout, real.stdout + real.stderr
+            "KV pool 131072,") in real.stdout, real.stdout + real.stderr
     bad = _call(tmp_path, "ab", MODEL="huge")
     assert bad.returncode == 2 and "MODEL=huge: want testbed, large or smollm2" in bad.stderr
+
+
+@needs_tools
+def test_call_ab_seeds_from_the_correct_set_and_from_earlier_ab_calls_on_the_machine(tmp_path):
+    assert "Triton caches to seed from 0)" in _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536").stdout
+    for server in ("correct/logs/triton_cache/on_p64", "ab-q64/on_p64__off_p64/logs/triton_cache/pair0_A_on_p64",
+                   "ab-q64/on_p64__off_p64/logs/triton_cache/pair0_B_off_p64"):
+        (tmp_path / "v2" / server).mkdir(parents=True)
+    done = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_TAG="next")
+    assert "Triton caches to seed from 3)" in done.stdout, done.stdout + done.stderr
 
 
 @needs_tools
