@@ -234,6 +234,7 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
                   isolate_scheduler: bool = False, gc_freeze: bool = False) -> None:
     cache_dirs = cache_dirs or {}
+    t0 = time.monotonic()
     pools = {side: kv_pool_tokens(Client(servers[side].base_url).server_info()) for side in ("A", "B")}
     save(lambda: pair.update(kv_pool_tokens=pools))
     equal_kv_pools(pools)
@@ -271,12 +272,15 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             log = getattr(servers[side], "log_file", None)
             log_start = log_end(log)
             cpu_before = proc_cpu.snapshot(_pgid(servers[side]))
+            started = time.monotonic() - t0
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
             variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
             rec = _pass_record(bench, side, rnd, par, compiled, signatures)
             rec.update(retractions_of(log, log_start, "this pass"))
+            # seconds since the pair was ready: what the passes leave between them shows in the gaps
+            rec["start_s"] = round(started, 3)
             rec["cpu_s"] = proc_cpu.difference(cpu_before, proc_cpu.snapshot(_pgid(servers[side])))
             if placed is not None:
                 rec["cpus"] = placed[side]

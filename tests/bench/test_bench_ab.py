@@ -162,6 +162,9 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     assert pair["summary"]["2"]["client_cpu_share_A"] is not None
     # and the host's CPU seconds (these fake servers are threads of this process: no process group)
     assert all(p["cpu_s"]["server"] == {} and p["cpu_s"]["host"]["busy"] >= 0 for p in pair["passes"])
+    # when each pass began, in order, each after the one before it ended
+    starts = [p["start_s"] for p in pair["passes"]]
+    assert all(later >= earlier + p["wall_s"] - 1e-3 for earlier, later, p in zip(starts, starts[1:], pair["passes"]))
     md = ab.markdown(res)
     assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
     pytest.importorskip("matplotlib")
@@ -524,6 +527,12 @@ def test_every_pass_of_a_pair_sends_the_chat_template_when_given_a_tokenizer(mon
                        tokenizer=str(TEMPLATED_TOKENIZER))
     assert res["tokenizer"] == str(TEMPLATED_TOKENIZER)
     assert FakeSGLang.prompts and all("input_ids" in r and "text" not in r for r in FakeSGLang.prompts)
+    # loaded once for the whole pair, not once per pass
+    from sglang_eagle_paged.bench import mtbench
+
+    assert mtbench._tokenizer.cache_info().currsize >= 1
+    assert mtbench.PromptBuilder(str(TEMPLATED_TOKENIZER)).tokenizer is mtbench.PromptBuilder(
+        str(TEMPLATED_TOKENIZER)).tokenizer
 
 
 def test_retractions_during_counted_passes_make_the_verdict_kv_bound(monkeypatch, tmp_path, fake_server):  # noqa: F811
