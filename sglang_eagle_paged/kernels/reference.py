@@ -96,3 +96,18 @@ def tree_slots_from_free_pages_ref(req_to_token, req_pool_indices, seq_lens, fre
             out += range(free[next_page] * page_size, (free[next_page] + 1) * page_size)
             next_page += 1
     return torch.tensor(out, dtype=torch.int64, device=seq_lens.device)
+
+
+def split_verify_slots_ref(tgt, free_slots, num_correct_drafts, page_counts, slot_counts, out_cache_loc,
+                           draft_token_num: int, page_size: int) -> None:
+    """Same contract as :func:`..verify_bookkeeping.split_verify_slots`, one request at a time:
+    each request's first ``num_correct_drafts + 1`` verify slots into ``tgt``, and the first slot of
+    each page of its freed tail (which starts on a page boundary) into ``free_slots``, both packed."""
+    kept_at = freed_at = 0
+    for r, (kept, pages, slots) in enumerate(zip((num_correct_drafts.long() + 1).tolist(),
+                                                 page_counts.long().tolist(), slot_counts.long().tolist())):
+        row = out_cache_loc[r * draft_token_num:(r + 1) * draft_token_num]
+        tgt[kept_at:kept_at + kept] = row[:kept]
+        tail = draft_token_num - slots
+        free_slots[freed_at:freed_at + pages] = row[tail:tail + pages * page_size:page_size]
+        kept_at, freed_at = kept_at + kept, freed_at + pages

@@ -31,7 +31,8 @@ Here the three steps agree on counting pages instead of slots:
   the free list without ``torch.unique``.
 
 Each step checks that it got what the one before it made (by object identity) and otherwise
-does exactly what SGLang does. The list holds valid slots, one per page, so SGLang's own free
+does exactly what SGLang does. A fault of ours while serving (the fault rule) ends that verify as
+SGLang's would, each step by its own means, and SGLang's steps serve from then on. The list holds valid slots, one per page, so SGLang's own free
 (a free group, debug mode) still frees the right pages. The mode is chosen once, at worker
 start-up (:func:`warm_up_free`): only on SGLang's own paged allocator, with both replacements in
 place and checked against SGLang's kernels on a synthetic verify.
@@ -46,6 +47,8 @@ import torch
 
 from ...hooks import Hook, resolve
 from ...kernels import verify_bookkeeping
+from ...kernels.reference import split_verify_slots_ref
+from ..common.fault_switch import FaultSwitch
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -54,6 +57,16 @@ logger = logging.getLogger("sglang_eagle_paged")
 # for this process. split: (page counts, slot counts, page size) the bookkeeping hook returned last,
 # for get_target_cache_loc. pending: the page list to free.
 _state = {"kernel": True, "pages": False, "split": None, "pending": None}
+
+# A fault of ours while serving: that call ends as SGLang's would, and the eager slot counts, SGLang's
+# split kernel and SGLang's free serve every later verify (the state above, kernel and pages off).
+_switched_off = FaultSwitch("[sglang-eagle-paged] v1 verify bookkeeping switched off for this process, SGLang's "
+                            "slot counts, split and free serve from now on: %s")
+
+
+def _switch_off(fault) -> None:
+    _state.update(kernel=False, pages=False, split=None)
+    _switched_off.trip(fault)
 
 
 
@@ -74,11 +87,15 @@ def src_tgt_cache_loc(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accep
 
     0.5.11 names the fourth parameter ``num_accepted_drafts``; its callers (``eagle_info``,
     ``ngram_info``), like 0.5.12's, pass every argument by position."""
-    if _state["pages"]:  # free counts in pages (below); chosen at start-up, with the kernel
-        return _page_list_counts(seq_lens, out_cache_loc, accept_index, num_correct_drafts,
-                                             draft_token_num, page_size)
-    impl = verify_bookkeeping.src_and_free_counts if _state["kernel"] else src_tgt_cache_loc_eager
-    return impl(seq_lens, out_cache_loc, accept_index, num_correct_drafts, draft_token_num, page_size)
+    args = (seq_lens, out_cache_loc, accept_index, num_correct_drafts, draft_token_num, page_size)
+    try:
+        if _state["pages"]:  # free counts in pages (below); chosen at start-up, with the kernel
+            return _page_list_counts(*args)
+        if _state["kernel"]:
+            return verify_bookkeeping.src_and_free_counts(*args)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: the eager ops (SGLang's values) serve
+        _switch_off(exc)
+    return src_tgt_cache_loc_eager(*args)
 
 
 def kernel_in_use() -> bool:
@@ -151,8 +168,14 @@ class _Split:
                                             draft_token_num, *constexprs)
         _state["split"] = None
         page_counts, slot_counts, page_size = split
-        verify_bookkeeping.split_verify_slots(tgt, to_free_slots, num_correct_drafts, page_counts, slot_counts,
-                                              out_cache_loc, draft_token_num, page_size)
+        args = (tgt, to_free_slots, num_correct_drafts, page_counts, slot_counts, out_cache_loc, draft_token_num,
+                page_size)
+        try:
+            verify_bookkeeping.split_verify_slots(*args)
+        except Exception as exc:  # noqa: BLE001 -- SGLang sized the list in pages: the reference fills it
+            split_verify_slots_ref(*args)
+            _switch_off(exc)
+            return  # a page list SGLang's own free frees right (module docstring): not handed to ours
         _state["pending"] = to_free_slots
 
 
@@ -176,7 +199,12 @@ def free_hook(original, allocator, free_index):
     if (pending is None or free_index is not pending or not free_index.numel()
             or not allocator.is_not_in_free_group or allocator.debug_mode):
         return original(allocator, free_index)
-    api.release_free_pages(allocator, free_index // allocator.page_size)
+    try:
+        # assigns the allocator's list once, after every step that can fail
+        api.release_free_pages(allocator, free_index // allocator.page_size)
+    except Exception as exc:  # noqa: BLE001 -- SGLang's free takes the page list as it is
+        _switch_off(exc)
+        return original(allocator, free_index)
 
 
 def verify_free_hooks() -> list:

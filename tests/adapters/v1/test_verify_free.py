@@ -17,6 +17,9 @@ from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import verify as verify_compaction  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import verify as verify_free  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness, accepted_rows, paged_verify_inputs  # noqa: E402
+from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch  # noqa: E402
+from sglang_eagle_paged.kernels import verify_bookkeeping  # noqa: E402
+from sglang_eagle_paged.kernels.reference import split_verify_slots_ref  # noqa: E402
 from sglang_eagle_paged.kernels.verify_bookkeeping import (  # noqa: E402
     BLOCK_BS, BLOCK_T, split_verify_slots, src_and_free_counts, src_and_free_pages)
 
@@ -29,6 +32,7 @@ def fresh_state(monkeypatch):
     monkeypatch.setattr(verify_free, "_state", {"pages": False, "split": None, "pending": None})
     monkeypatch.setattr(verify_free.TargetCacheLoc, "original", SGLANG_SPLIT)
     monkeypatch.setitem(verify_compaction._state, "kernel", True)
+    monkeypatch.setattr(verify_free, "_switched_off", FaultSwitch(verify_free._switched_off.message))
 
 
 def _page_list(args, draft_tokens, page):
@@ -265,3 +269,67 @@ def test_hooks_are_left_out_when_turned_off():
 
 def test_hooks_in_place_reports_what_is_missing():
     assert verify_free.hooks_in_place() == "sglang.srt.speculative.eagle_info.get_target_cache_loc is not ours"
+
+
+@pytest.mark.parametrize("bs,draft_tokens,page", [(3, 64, 64), (7, 16, 4), (5, 40, 256), (9, 6, 2)])
+def test_the_split_kernel_matches_its_plain_torch_reference(bs, draft_tokens, page):
+    gen = torch.Generator().manual_seed(bs + page)
+    for _ in range(4):
+        args = paged_verify_inputs(gen, bs, draft_tokens, page)
+        src, tgt, page_counts, slot_counts, listed = _page_list(args, draft_tokens, page)
+        ref_tgt, ref_listed = torch.full_like(tgt, -1), torch.full_like(listed, -1)
+        split_verify_slots_ref(ref_tgt, ref_listed, args[3], page_counts, slot_counts, args[1], draft_tokens, page)
+        assert torch.equal(ref_tgt, tgt) and torch.equal(ref_listed, listed)
+
+
+def _fails(calls_before_fault):
+    """A stand-in for one of OUR kernels (never SGLang's): serves ``calls_before_fault`` calls, then raises."""
+    seen = []
+
+    def wrap(real):
+        def fn(*args, **kwargs):
+            seen.append(1)
+            if len(seen) > calls_before_fault:
+                raise RuntimeError("injected fault in our kernel")
+            return real(*args, **kwargs)
+        return fn
+    return wrap
+
+
+@pytest.mark.parametrize("where", ["counts", "split", "free"])
+def test_a_fault_of_ours_mid_serving_ends_the_verify_as_sglangs_and_switches_ours_off(monkeypatch, caplog, where):
+    """Each step of our page-list chain failing at its second verify: that verify keeps and frees what
+    SGLang's does (the real 0.5.12.post1 allocator, eagle_info's calls replayed), later verifies too,
+    through SGLang's slot counts, split and free; one ERROR line."""
+    page, draft_tokens = 16, 24
+    stock, ours = (PagedTreeHarness(page, 4, 3, num_tokens=64 * page) for _ in range(2))
+    if where == "counts":
+        monkeypatch.setattr(verify_bookkeeping, "src_and_free_pages", _fails(1)(src_and_free_pages))
+    elif where == "split":
+        monkeypatch.setattr(verify_bookkeeping, "split_verify_slots", _fails(1)(split_verify_slots))
+    else:
+        monkeypatch.setattr(compat, "release_free_pages", _fails(1)(compat.release_free_pages))
+    lens = [5, 17, page - 3, 2 * page + 1]
+    rows = {id(h): [h.add_request(n) for n in lens] for h in (stock, ours)}
+    stock_free = stock.allocator.free
+    freed = 0
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        ours_mode = True  # page lists on at start-up; what serving leaves it at after each verify
+        for round_ in range(4):
+            verify_free._state["pages"] = False  # the stock replay shares the module's state: slot lists
+            want, freed_stock = _serve_verify(stock, rows[id(stock)], draft_tokens, torch.Generator().manual_seed(round_),
+                                              SGLANG_SPLIT, stock_free)
+            verify_free._state["pages"] = ours_mode
+            got, freed_ours = _serve_verify(ours, rows[id(ours)], draft_tokens, torch.Generator().manual_seed(round_),
+                                            verify_free.TargetCacheLoc, _hooked_free(ours))
+            assert torch.equal(got, want) and freed_ours == freed_stock, round_
+            for attr in ("free_pages", "release_pages"):
+                a, b = getattr(stock.allocator, attr), getattr(ours.allocator, attr)
+                assert torch.equal(a.sort().values, b.sort().values), (round_, attr)
+            assert verify_free._state["pending"] is None
+            ours_mode = verify_free._state["pages"]
+            freed += freed_stock
+    assert freed  # not vacuous: pages came back
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "injected fault in our kernel" in errors[0].getMessage()
+    assert verify_free._switched_off and not verify_free.page_list_enabled() and not verify_free.kernel_in_use()
