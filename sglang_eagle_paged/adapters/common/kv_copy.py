@@ -20,6 +20,7 @@ import torch
 from ...hooks import resolve
 from ...kernels import KVBufferTable, duplicate_kv_pairs
 from ...kernels.move_rows import move_kv_rows, warm_up_pair_counts
+from .fault_switch import FaultSwitch
 
 # Attribute set on the target tensor by the worker. A tensor attribute rather than
 # a global registry: it dies with the tensor and cannot match a reused address.
@@ -184,12 +185,21 @@ def warm_up_moves(pool) -> None:
         move_kv_rows(table, zero, zero, chunk=chunk)
 
 
+# A fault of ours while serving: SGLang's method moves that call's pairs and every later call's.
+_switched_off = FaultSwitch("[sglang-eagle-paged] KV copy and move switched off for this process, SGLang's "
+                            "move_kv_cache serves from now on: %s")
+
+
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
-    """AROUND hook for ``MHATokenToKVPool.move_kv_cache``."""
-    if is_disjoint_pairs(tgt_loc):
-        if duplicate_in_pool(pool, tgt_loc, src_loc):
-            return None
+    """AROUND hook for ``MHATokenToKVPool.move_kv_cache``. Ours raises on the host before its launch,
+    so SGLang's method after a fault starts from untouched KV."""
+    disjoint = is_disjoint_pairs(tgt_loc)
+    if not _switched_off:
+        try:
+            if (duplicate_in_pool if disjoint else move_in_pool)(pool, tgt_loc, src_loc):
+                return None
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's method serves
+            _switched_off.trip(exc)
+    if disjoint:
         return original(pool, _sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
-    if move_in_pool(pool, tgt_loc, src_loc):
-        return None
     return original(pool, tgt_loc, src_loc)

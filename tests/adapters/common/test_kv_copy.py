@@ -138,3 +138,34 @@ def test_not_ours_is_cached_too_and_re_derived():
     pool.k_buffer[0] = pool.k_buffer[0].contiguous()
     assert kv_copy.pool_table(pool) is not None
     assert kv_copy.pool_buffers(pool) is not None
+
+
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_a_fault_of_ours_moves_with_sglangs_method_from_then_on(monkeypatch, caplog, disjoint):
+    """Our kernel raising on the host (as a launch failure does): that call's pairs and every later
+    call's are moved by SGLang's own ``move_kv_cache`` on the real pool; one ERROR line."""
+    import logging
+
+    from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch
+
+    monkeypatch.setattr(kv_copy, "_switched_off", FaultSwitch(kv_copy._switched_off.message))
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("injected fault in our kernel")
+
+    monkeypatch.setattr(kv_copy, "duplicate_kv_pairs" if disjoint else "move_kv_rows", broken)
+    # disjoint pairs (the draft's copies) padded with a sentinel; overlapping ones (the verify's move)
+    tgt, src = (torch.tensor([300, 301, -1]), torch.tensor([305, 306, -1])) if disjoint else (TGT, SRC)
+    if disjoint:
+        kv_copy.mark_disjoint_pairs(tgt)
+    pool = _pool()
+    with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
+        for _ in range(2):  # the faulting call, then one after it
+            want = _moved(pool.k_buffer + pool.v_buffer, tgt.clamp_min(0), src.clamp_min(0))
+            kv_copy.move_kv_cache_hook(MHATokenToKVPool.move_kv_cache, pool, tgt, src)
+            _assert_bytes(pool.k_buffer + pool.v_buffer, want)
+    assert len(calls) == 1  # switched off after the first
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "injected fault in our kernel" in errors[0].getMessage()
