@@ -70,9 +70,9 @@ def switched_off() -> bool:
     return bool(_switched_off)
 
 
-def switch_off(exc: Exception) -> None:
-    """SGLang's builders serve every later call; one ERROR line per process."""
-    _switched_off.trip(exc)
+def switch_off(exc: Exception, say: bool = True) -> None:
+    """SGLang's builders serve every later call; one ERROR line per process (``say``: this one's)."""
+    _switched_off.trip(exc, say)
 
 
 def targets(selection: FA3Expand) -> list:

@@ -20,9 +20,11 @@ class FaultSwitch:
     def __bool__(self) -> bool:
         return self.reason is not None
 
-    def trip(self, fault) -> None:
-        """``fault``: the exception, or a text saying what failed. Later faults add nothing."""
+    def trip(self, fault, say: bool = True) -> None:
+        """``fault``: the exception, or a text saying what failed. Later faults add nothing.
+        ``say=False``: the caller says it, once for several switches tripped by one fault."""
         if self.reason is not None:
             return
         self.reason = fault if isinstance(fault, str) else f"{type(fault).__name__}: {fault}"
-        logger.error(self.message, self.reason[:300])
+        if say:
+            logger.error(self.message, self.reason[:300])

@@ -190,6 +190,11 @@ _switched_off = FaultSwitch("[sglang-eagle-paged] KV copy and move switched off 
                             "move_kv_cache serves from now on: %s")
 
 
+def switch_off(fault, say: bool = True) -> None:
+    """SGLang's ``move_kv_cache`` for every later call (``say``: the ERROR line)."""
+    _switched_off.trip(fault, say)
+
+
 def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
     """AROUND hook for ``MHATokenToKVPool.move_kv_cache``. Ours raises on the host before its launch,
     so SGLang's method after a fault starts from untouched KV."""
@@ -199,7 +204,7 @@ def move_kv_cache_hook(original, pool, tgt_loc, src_loc):
             if (duplicate_in_pool if disjoint else move_in_pool)(pool, tgt_loc, src_loc):
                 return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's method serves
-            _switched_off.trip(exc)
+            switch_off(exc)
     if disjoint:
         return original(pool, _sentinels_to_dummy_slot(tgt_loc), _sentinels_to_dummy_slot(src_loc))
     return original(pool, tgt_loc, src_loc)

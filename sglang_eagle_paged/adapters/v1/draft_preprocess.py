@@ -25,7 +25,7 @@ import torch
 from ...kernels import assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, tree_extension
 from ...kernels.layout import extend_lens, extension_totals
 from ...settings import FA3Expand, Mode, Settings
-from ..common import fa3_metadata
+from ..common import fa3_metadata, kv_copy
 from ..common.fault_switch import FaultSwitch
 from ..common.kv_copy import duplicate_in_pool, move_pairs, warm_up_moves
 from . import sglang_api as compat
@@ -219,13 +219,17 @@ def worker_init_hook(settings: Settings):
 
     def after_init(result, worker, *args, **kwargs):
         t0 = time.perf_counter()
-        parts = warm_up(worker, settings)
+        try:
+            parts = warm_up(worker, settings)
+        except Exception as exc:  # noqa: BLE001 -- a start-up fault of ours must not stop the server
+            switch_off_everything(exc)
+            parts = {}
         # SGLang loads plugins before it configures logging (launcher and schedulers alike), so
         # register()'s own line is dropped; this one comes after, once per TP rank, with its prefix.
         logger.info(
             "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
             "verify free=%s, warm-up %.0f ms%s%s", settings.mode.value,
-            "ours" if handles(worker) else "SGLang's", worker.page_size, worker.topk, worker.speculative_num_steps,
+            "ours" if handles(worker) and not _switched_off else "SGLang's", worker.page_size, worker.topk, worker.speculative_num_steps,
             "page list" if verify.page_list_enabled() else "SGLang's", 1e3 * (time.perf_counter() - t0),
             _parts_text(parts), ", prefix check on" if settings.check_prefix else "",
         )
@@ -241,6 +245,16 @@ def _parts_text(parts: dict) -> str:
 # Why our draft preprocess was switched off in this process (falsy: it serves).
 _switched_off = FaultSwitch("[sglang-eagle-paged] v1 draft preprocess switched off for this process, SGLang's own "
                             "_draft_preprocess_decode serves from now on: %s")
+
+
+def switch_off_everything(fault) -> None:
+    """A fault at warm-up: every v1 path of ours off for the process (SGLang's draft preprocess, KV
+    copy and move, verify bookkeeping and FA3 draft metadata serve), said in one ERROR line."""
+    _switched_off.trip(fault, say=False)
+    for switch_off in (kv_copy.switch_off, verify.switch_off, fa3_metadata.switch_off):
+        switch_off(fault, say=False)
+    logger.error("[sglang-eagle-paged] v1 warm-up failed, SGLang's own draft preprocess, KV copy, verify and FA3 "
+                 "draft metadata serve this process: %s", _switched_off.reason[:300])
 
 
 def draft_preprocess_decode_hook(mode: Mode):

@@ -64,9 +64,10 @@ _switched_off = FaultSwitch("[sglang-eagle-paged] v1 verify bookkeeping switched
                             "slot counts, split and free serve from now on: %s")
 
 
-def _switch_off(fault) -> None:
+def switch_off(fault, say: bool = True) -> None:
+    """SGLang's slot counts, split and free for every later verify (``say``: the ERROR line)."""
     _state.update(kernel=False, pages=False, split=None)
-    _switched_off.trip(fault)
+    _switched_off.trip(fault, say)
 
 
 
@@ -94,7 +95,7 @@ def src_tgt_cache_loc(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accep
         if _state["kernel"]:
             return verify_bookkeeping.src_and_free_counts(*args)
     except Exception as exc:  # noqa: BLE001 -- never the scheduler's: the eager ops (SGLang's values) serve
-        _switch_off(exc)
+        switch_off(exc)
     return src_tgt_cache_loc_eager(*args)
 
 
@@ -174,7 +175,7 @@ class _Split:
             verify_bookkeeping.split_verify_slots(*args)
         except Exception as exc:  # noqa: BLE001 -- SGLang sized the list in pages: the reference fills it
             split_verify_slots_ref(*args)
-            _switch_off(exc)
+            switch_off(exc)
             return  # a page list SGLang's own free frees right (module docstring): not handed to ours
         _state["pending"] = to_free_slots
 
@@ -203,7 +204,7 @@ def free_hook(original, allocator, free_index):
         # assigns the allocator's list once, after every step that can fail
         api.release_free_pages(allocator, free_index // allocator.page_size)
     except Exception as exc:  # noqa: BLE001 -- SGLang's free takes the page list as it is
-        _switch_off(exc)
+        switch_off(exc)
         return original(allocator, free_index)
 
 

@@ -137,6 +137,33 @@ def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handle
         assert parts is None
 
 
+@pytest.mark.parametrize("part", ["_warm_up_tree_drafting", "warm_up_moves"])
+def test_a_warm_up_fault_of_ours_leaves_the_server_to_sglangs_paths_in_one_error_line(caplog, monkeypatch, part):
+    """A kernel of ours that cannot compile on this machine must not stop the server's start:
+    the worker starts, every v1 path of ours is off, one ERROR line says why."""
+    from sglang_eagle_paged.adapters.common import fa3_metadata
+    from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch
+    from sglang_eagle_paged.adapters.v1 import draft_preprocess, verify
+
+    for module in (draft_preprocess, kv_copy, verify, fa3_metadata):
+        monkeypatch.setattr(module, "_switched_off", FaultSwitch(module._switched_off.message))
+    monkeypatch.setattr(verify, "_state", {"kernel": True, "pages": False, "split": None, "pending": None})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected compile failure")
+
+    monkeypatch.setattr(draft_preprocess, part, broken)
+    h = PagedTreeHarness(16, 4, 3, num_tokens=4096, head_num=2, head_dim=8, layer_num=2)
+    with caplog.at_level("INFO", logger="sglang_eagle_paged"):
+        hook = draft_preprocess.worker_init_hook(settings.parse({"SGLANG_EAGLE_PAGED": "on"}))
+        assert hook("result", h.worker) == "result"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= 40]
+    assert len(errors) == 1 and "v1 warm-up failed" in errors[0] and "injected compile failure" in errors[0]
+    assert "tree drafting=SGLang's" in next(r.getMessage() for r in caplog.records if "active: mode=" in r.getMessage())
+    assert draft_preprocess._switched_off and kv_copy._switched_off and fa3_metadata.switched_off()
+    assert verify._switched_off and not verify.kernel_in_use() and not verify.page_list_enabled()
+
+
 def test_fa3_replay_kernels_warm_up_only_under_a_fa3_draft_backend(monkeypatch):
     from sglang_eagle_paged.adapters.v1 import sglang_api as compat
     from sglang_eagle_paged.adapters.common import fa3_metadata
