@@ -57,7 +57,8 @@ def pool(groups: dict) -> list:
             groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0, -kv[0][3], -kv[0][4])):
         everything = [r for _, ratios in recs for r in ratios]
         units = [ratio_stats([1.0] * len(ratios), ratios)["ratio"] for _, ratios in recs]
-        rows.append({"A": a, "B": b, "tokens": tokens, "parallel": parallel, "in_flight": flying, "recordings": [p for p, _ in recs],
+        rows.append({"A": a, "B": b, "tokens": tokens, "parallel": parallel, "in_flight": flying,
+                     "recordings": [p for p, _ in recs],
                      "per_recording": units,
                      "rounds_pooled": ratio_stats([1.0] * len(everything), everything),
                      "recordings_as_units": ratio_stats([1.0] * len(units), units)})

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _recording(path, b_name, ratios_by_parallel, conversations=None):
     summary = {str(par): {"ratios": ratios} for par, ratios in ratios_by_parallel.items()}
-    rec = {"rounds": 2, **({"num_questions": conversations} if conversations else {}), "pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": b_name}, "summary": summary}}}
+    rec = {"rounds": 2, **({"num_questions": conversations} if conversations else {}),
+           "pairs": {"pair0": {"A": {"name": "on_p1"}, "B": {"name": b_name}, "summary": summary}}}
     path.write_text(json.dumps(rec))
     return str(path)
 

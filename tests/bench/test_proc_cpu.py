@@ -13,7 +13,8 @@ from sglang_eagle_paged.bench import proc_cpu
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads Linux /proc")
 
-BURN = "import time\ntime.sleep({idle})\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(60)\n"
+BURN = ("import time\ntime.sleep({idle})\nt = time.process_time()\n"
+        "while time.process_time() - t < {s}: pass\ntime.sleep(60)\n")
 
 
 def _group(burn_child_s: float):

@@ -229,7 +229,8 @@ def worker_init_hook(settings: Settings):
         logger.info(
             "[sglang-eagle-paged] active: mode=%s, tree drafting=%s (page %d, topk %d, steps %d), "
             "verify free=%s, warm-up %.0f ms%s%s", settings.mode.value,
-            "ours" if handles(worker) and not _switched_off else "SGLang's", worker.page_size, worker.topk, worker.speculative_num_steps,
+            "ours" if handles(worker) and not _switched_off else "SGLang's", worker.page_size, worker.topk,
+            worker.speculative_num_steps,
             "page list" if verify.page_list_enabled() else "SGLang's", 1e3 * (time.perf_counter() - t0),
             _parts_text(parts), ", prefix check on" if settings.check_prefix else "",
         )

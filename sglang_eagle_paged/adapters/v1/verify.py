@@ -31,9 +31,10 @@ Here the three steps agree on counting pages instead of slots:
   the free list without ``torch.unique``.
 
 Each step checks that it got what the one before it made (by object identity) and otherwise
-does exactly what SGLang does. A fault of ours while serving (the fault rule) ends that verify as
-SGLang's would, each step by its own means, and SGLang's steps serve from then on. The list holds valid slots, one per page, so SGLang's own free
-(a free group, debug mode) still frees the right pages. The mode is chosen once, at worker
+does exactly what SGLang does. The list holds valid slots, one per page, so SGLang's own free
+(a free group, debug mode) still frees the right pages. A fault of ours while serving (the fault
+rule) ends that verify as SGLang's would, each step by its own means, and SGLang's steps serve
+from then on. The mode is chosen once, at worker
 start-up (:func:`warm_up_free`): only on SGLang's own paged allocator, with both replacements in
 place and checked against SGLang's kernels on a synthetic verify.
 
@@ -68,7 +69,6 @@ def switch_off(fault, say: bool = True) -> None:
     """SGLang's slot counts, split and free for every later verify (``say``: the ERROR line)."""
     _state.update(kernel=False, pages=False, split=None)
     _switched_off.trip(fault, say)
-
 
 
 def src_tgt_cache_loc_eager(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor, accept_index: torch.Tensor,

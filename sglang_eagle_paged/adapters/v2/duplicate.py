@@ -75,7 +75,8 @@ def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, to
 
 def make_hook(mode: Mode, copy_decision=backends.pool_decision):
     """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake).
-    ``copy_decision(pool) -> (copy, reason, ...)`` (:class:`.backends.CopyDecision`) is asked on every call our kernel could serve."""
+    ``copy_decision(pool) -> (copy, reason, ...)`` (:class:`.backends.CopyDecision`) is asked on every
+    call our kernel could serve."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")

@@ -317,11 +317,12 @@ def test_a_fault_of_ours_mid_serving_ends_the_verify_as_sglangs_and_switches_our
         ours_mode = True  # page lists on at start-up; what serving leaves it at after each verify
         for round_ in range(4):
             verify_free._state["pages"] = False  # the stock replay shares the module's state: slot lists
-            want, freed_stock = _serve_verify(stock, rows[id(stock)], draft_tokens, torch.Generator().manual_seed(round_),
-                                              SGLANG_SPLIT, stock_free)
+            want, freed_stock = _serve_verify(stock, rows[id(stock)], draft_tokens,
+                                              torch.Generator().manual_seed(round_), SGLANG_SPLIT, stock_free)
             verify_free._state["pages"] = ours_mode
-            got, freed_ours = _serve_verify(ours, rows[id(ours)], draft_tokens, torch.Generator().manual_seed(round_),
-                                            verify_free.TargetCacheLoc, _hooked_free(ours))
+            got, freed_ours = _serve_verify(ours, rows[id(ours)], draft_tokens,
+                                            torch.Generator().manual_seed(round_), verify_free.TargetCacheLoc,
+                                            _hooked_free(ours))
             assert torch.equal(got, want) and freed_ours == freed_stock, round_
             for attr in ("free_pages", "release_pages"):
                 a, b = getattr(stock.allocator, attr), getattr(ours.allocator, attr)
