@@ -51,6 +51,20 @@ def pair_rounds(paths: list) -> dict:
     return groups
 
 
+def rounds_to_resolve(ratios: list, half_width: float = 0.03) -> int | None:
+    """Rounds whose 95% interval would reach +-``half_width`` (0.03: +-3%) at the scatter of
+    ``ratios`` (the standard deviation of their logs, as :func:`.ab.ratio_stats` reads them), or None
+    with fewer than three rounds to estimate it from. The plan for the next recording, not a result."""
+    logs = [math.log(r) for r in ratios if r and r > 0]
+    if len(logs) < 3:
+        return None
+    sd, target = statistics.stdev(logs), math.log1p(half_width)
+    n = 2
+    while t95(n - 1) * sd / math.sqrt(n) > target:
+        n += 1
+    return n
+
+
 def pool(groups: dict) -> list:
     rows = []
     for (a, b, tokens, parallel, flying), recs in sorted(
@@ -61,6 +75,7 @@ def pool(groups: dict) -> list:
                      "recordings": [p for p, _ in recs],
                      "per_recording": units,
                      "rounds_pooled": ratio_stats([1.0] * len(everything), everything),
+                     "rounds_for_3pct": rounds_to_resolve(everything),
                      "recordings_as_units": ratio_stats([1.0] * len(units), units)})
     return rows
 
@@ -155,15 +170,16 @@ def _interval(s: dict) -> str:
 
 def markdown(rows: list) -> str:
     lines = ["| A | B | tokens | parallel (in flight) | recordings | per recording | rounds pooled | 95% (rounds) | "
-             "recordings as units, 95% |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "recordings as units, 95% | rounds for +-3% |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s, u = r["rounds_pooled"], r["recordings_as_units"]
         flying = r.get("in_flight", r["parallel"])
         par = f"{r['parallel']}" + (f" ({flying} in flight)" if flying != r["parallel"] else "")
         lines.append(f"| {r['A']} | {r['B']} | {r.get('tokens') or '-'} | {par} | {len(r['recordings'])} | "
                      f"{', '.join(f'{x:.3f}' for x in r['per_recording'])} | {s['rounds']} rounds | "
-                     f"{_interval(s)} | {_interval(u) if u['rounds'] > 1 else '- (one recording)'} |")
+                     f"{_interval(s)} | {_interval(u) if u['rounds'] > 1 else '- (one recording)'} | "
+                     f"{r.get('rounds_for_3pct') or '-'} |")
     return "\n".join(lines) + "\n"
 
 

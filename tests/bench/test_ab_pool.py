@@ -131,7 +131,7 @@ def test_one_token_probes_give_per_request_differences_and_pool_apart_from_full_
     table = mod.markdown(rows)
     assert "| on_p1 | on_p64 | 256 | 1 | 1 |" in table
     # one recording has no spread between recordings: no interval rather than 0-inf
-    assert table.rstrip().endswith("| - (one recording) |")
+    assert table.rstrip().endswith("| - (one recording) | - |")
 
 
 def test_the_committed_run_17_probes_give_the_per_request_cost_its_readme_states():
@@ -176,3 +176,32 @@ def test_the_committed_run_18_recordings_give_the_ratios_the_readme_states():
     assert triple(sglang_alone[("nospec_p64", 1)]) == pytest.approx((0.772, 0.687, 0.868), abs=0.0006)
     assert triple(sglang_alone[("on_p64_k1", 1)]) == pytest.approx((0.843, 0.801, 0.888), abs=0.0006)
     assert sglang_alone[("on_p64_k1", 1)]["rounds"] == 8
+
+
+def test_rounds_to_resolve_is_the_fewest_rounds_whose_interval_reaches_the_half_width():
+    from sglang_eagle_paged.bench.ab import ratio_stats
+
+    gen = __import__("random").Random(0)
+    ratios = [math.exp(gen.gauss(-0.1, 0.14)) for _ in range(30)]
+    n = mod.rounds_to_resolve(ratios, 0.03)
+    sd = __import__("statistics").stdev(math.log(r) for r in ratios)
+    # rounds with exactly this scatter: n reach +-3%, n - 1 do not
+    half = lambda k: mod.t95(k - 1) * sd / math.sqrt(k)  # noqa: E731
+    assert half(n) <= math.log(1.03) < half(n - 1)
+    assert 60 < n < 120  # the order run 25 saw at this scatter (SD 0.14: about 90)
+    # a recording as scattered as these ratios, with n rounds, resolves 3%: the interval ratio_stats gives
+    scaled = [math.exp(-0.1 + sd * z) for z in _unit_scores(n)]
+    s = ratio_stats([1.0] * n, scaled)
+    assert math.log(s["high"] / s["ratio"]) <= math.log(1.03) + 1e-9
+    assert mod.rounds_to_resolve(ratios[:2]) is None  # too few to estimate a scatter
+    rows = mod.pool({("a", "b", 128, 64, 64): [("x", ratios)]})
+    assert rows[0]["rounds_for_3pct"] == n and f"| {n} |" in mod.markdown(rows)
+
+
+def _unit_scores(n):
+    """n values with mean 0 and sample standard deviation 1 exactly."""
+    import statistics
+
+    xs = [i - (n - 1) / 2 for i in range(n)]
+    sd = statistics.stdev(xs)
+    return [x / sd for x in xs]
