@@ -205,3 +205,19 @@ def _unit_scores(n):
     xs = [i - (n - 1) / 2 for i in range(n)]
     sd = statistics.stdev(xs)
     return [x / sd for x in xs]
+
+
+def test_the_committed_run_25_pool_gives_the_numbers_its_readme_states():
+    results = ROOT / "bench" / "results"
+    paths = [results / p / "on_p64__off_p64/ab.json" for p in (
+        "2026-12-02-h200-run23/ab-smollm2", "2026-12-02-h200-run23/ab-smollm2-p64",
+        "2026-12-03-h200-run24/ab-smollm2-p16", "2026-12-03-h200-run24/ab-smollm2-p64b",
+        "2026-12-03-h200-run25/ab-smollm2-q64", "2026-12-03-h200-run25/ab-smollm2-p16c")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    rows = {(r["parallel"], r["in_flight"]): r for r in mod.pool(mod.pair_rounds(paths))}
+    assert set(rows) == {(64, 64), (64, 32), (16, 16)}  # 64 threads over 32 conversations pool apart
+    got = {k: (r["rounds_pooled"]["rounds"], round(r["rounds_pooled"]["ratio"], 3), round(r["rounds_pooled"]["low"], 3),
+               round(r["rounds_pooled"]["high"], 3), r["rounds_for_3pct"]) for k, r in rows.items()}
+    assert got == {(64, 64): (29, 0.870, 0.825, 0.917, 85), (64, 32): (90, 0.842, 0.811, 0.875, 148),
+                   (16, 16): (93, 0.929, 0.887, 0.972, 220)}
