@@ -29,6 +29,7 @@ from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, 
                   retractions_of, server_args, warmup_mixes)
 from . import cpu_pinning, kv_sizing, triton_cache
 from . import gc_stats, proc_cpu
+from .gpu_sampler import GpuSampler
 from .mtbench import Client, in_flight, in_flight_note, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
 
@@ -164,9 +165,12 @@ def summarize_pair(passes: list) -> dict:
         gc_share = lambda side: _wall_share([by[r, side] for r in rounds], gc_s)  # noqa: E731
         client = lambda side: _wall_share([by[r, side] for r in rounds], lambda p: p.get("client_cpu_s"))  # noqa: E731
         scheduler = lambda side: _wall_share([by[r, side] for r in rounds], _scheduler_s)  # noqa: E731
+        gpu = lambda side, key: mean([by[r, side]["gpu"][key] for r in rounds if by[r, side].get("gpu")])  # noqa: E731
         out[str(par)] = {"tps_A": mean(a), "tps_B": mean(b), "acceptance_A": acc("A"), "acceptance_B": acc("B"),
                          "client_cpu_share_A": client("A"), "client_cpu_share_B": client("B"),
                          "scheduler_cpu_share_A": scheduler("A"), "scheduler_cpu_share_B": scheduler("B"),
+                         "gpu_util_A": gpu("A", "util_pct"), "gpu_util_B": gpu("B", "util_pct"),
+                         "sm_mhz_A": gpu("A", "sm_mhz"), "sm_mhz_B": gpu("B", "sm_mhz"),
                          "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
                          "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
@@ -232,7 +236,7 @@ def equal_kv_pools(pools: dict) -> None:
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, more_parallel: tuple = (), rounds: int, settle: int, bench_kw: dict, save,
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
-                  isolate_scheduler: bool = False, gc_freeze: bool = False) -> None:
+                  isolate_scheduler: bool = False, gc_freeze: bool = False, sampler=None) -> None:
     cache_dirs = cache_dirs or {}
     t0 = time.monotonic()
     pools = {side: kv_pool_tokens(Client(servers[side].base_url).server_info()) for side in ("A", "B")}
@@ -272,7 +276,7 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             log = getattr(servers[side], "log_file", None)
             log_start = log_end(log)
             cpu_before = proc_cpu.snapshot(_pgid(servers[side]))
-            started = time.monotonic() - t0
+            started, wall_start = time.monotonic() - t0, time.time()
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
@@ -282,6 +286,8 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             # seconds since the pair was ready: what the passes leave between them shows in the gaps
             rec["start_s"] = round(started, 3)
             rec["cpu_s"] = proc_cpu.difference(cpu_before, proc_cpu.snapshot(_pgid(servers[side])))
+            if sampler is not None:
+                rec["gpu"] = sampler.between(wall_start, time.time())
             if placed is not None:
                 rec["cpus"] = placed[side]
             if gc_dir:
@@ -295,7 +301,7 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             save(record)
 
 
-def _run_wave(lanes: list, save, **measure_kw) -> None:
+def _run_wave(lanes: list, save, samplers: dict | None = None, **measure_kw) -> None:
     """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
     server fails to start, or whose measuring raises, records why and the others go on."""
     everything = [srv for _, servers, _ in lanes for srv in servers.values()]
@@ -317,7 +323,8 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
 
         def lane(pair, servers, cache_dirs):
             try:
-                _measure_pair(pair, servers, save=save, stopping=stopping, cache_dirs=cache_dirs, **measure_kw)
+                _measure_pair(pair, servers, save=save, stopping=stopping, cache_dirs=cache_dirs,
+                              sampler=(samplers or {}).get(pair["gpu"]), **measure_kw)
             except Exception as exc:  # keep the other lanes going; the record says why
                 if not stopping.is_set():  # else: its servers were stopped under it (a time limit)
                     pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -331,6 +338,8 @@ def _run_wave(lanes: list, save, **measure_kw) -> None:
                 t.join(timeout=0.2)
     finally:
         stopping.set()
+        for sampler in (samplers or {}).values():
+            sampler.stop()
         stop_all(everything)
         save()
 
@@ -428,7 +437,10 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
         if cpus:
             pair["cpus"] = {side: cpus["servers"][2 * gpu + (side == "B")] for side in ("A", "B")}
         lanes.append((pair, servers, cache_dirs))
-    _run_wave(lanes, save, **measure_kw)
+    # each GPU's utilisation and SM clock over every pass, where nvidia-smi exists (.gpu_sampler)
+    samplers = {pair["gpu"]: GpuSampler.start_if_available(out / "logs" / f"gpu{pair['gpu']}_samples.csv",
+                                                           pair["gpu"]) for pair, _, _ in lanes}
+    _run_wave(lanes, save, samplers={g: s for g, s in samplers.items() if s is not None}, **measure_kw)
 
 
 def _rounds_text(results: dict) -> str:
@@ -486,10 +498,12 @@ def markdown(results: dict) -> str:
               "passes, in percent (the noise); client CPU: the benchmark client's CPU seconds over the pass's wall "
               "time (near 100%, the client paces the pass); scheduler CPU: the same for the server's scheduler "
               "process (near 100%, its Python paces the pass; per pass in `ab.json`, `cpu_s`, with the server's other "
-              "processes and the whole host's busy and stolen seconds).", "",
+              "processes and the whole host's busy and stolen seconds); GPU util: nvidia-smi's utilisation over the "
+              "pass, sampled every 100 ms (per pass in `ab.json`, `gpu`, with the SM clock; blank without nvidia-smi).",
+              "",
               "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "
-              "| compiled A / B | pass spread A / B | client CPU A / B | scheduler CPU A / B |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| compiled A / B | pass spread A / B | client CPU A / B | scheduler CPU A / B | GPU util A / B |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for pair in results["pairs"].values():
         for par, s in (pair.get("summary") or {}).items():
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
@@ -502,7 +516,8 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('client_cpu_share_A'), '{:.0%}')} / "
                          f"{fmt(s.get('client_cpu_share_B'), '{:.0%}')} | "
                          f"{fmt(s.get('scheduler_cpu_share_A'), '{:.0%}')} / "
-                         f"{fmt(s.get('scheduler_cpu_share_B'), '{:.0%}')} |")
+                         f"{fmt(s.get('scheduler_cpu_share_B'), '{:.0%}')} | "
+                         f"{fmt(s.get('gpu_util_A'), '{:.0f}%')} / {fmt(s.get('gpu_util_B'), '{:.0f}%')} |")
     pinning = results.get("cpu_pinning")
     if pinning:
         lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(

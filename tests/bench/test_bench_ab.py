@@ -4,6 +4,7 @@ orchestration with fake servers (both of a pair up for the whole measurement, st
 import json
 import math
 import os
+import time
 
 import pytest
 
@@ -101,20 +102,25 @@ def test_summary_carries_the_latency_fits_and_the_compiles_of_counted_passes():
     assert ab._pass_record(bench, "A", 0, 16, {"k": 1})["compiled"] == {"k": 1}
 
 
-def test_the_clients_and_the_schedulers_cpu_share_of_each_pass_are_averaged_per_side():
+def test_the_clients_and_the_schedulers_cpu_share_and_the_gpus_load_are_averaged_per_side():
     passes = [dict(round=r, side=side, parallel=16, output_throughput=100, acceptance_length=2.0, errors=0,
-                   wall_s=2.0, client_cpu_s=cpu, cpu_s={"server": {"scheduler": sched, "main": 0.3}, "host": {}})
-              for r, side, cpu, sched in [(0, "A", 0.5, 2.0), (0, "B", 1.8, 1.0), (1, "B", 1.6, 1.4),
-                                          (1, "A", 1.5, 1.8)]]
+                   wall_s=2.0, client_cpu_s=cpu, cpu_s={"server": {"scheduler": sched, "main": 0.3}, "host": {}},
+                   gpu={"samples": 20, "util_pct": util, "sm_mhz": 1980.0} if util is not None else None)
+              for r, side, cpu, sched, util in [(0, "A", 0.5, 2.0, 40.0), (0, "B", 1.8, 1.0, 70.0),
+                                                (1, "B", 1.6, 1.4, 50.0), (1, "A", 1.5, 1.8, None)]]
     s = ab.summarize_pair(passes)["16"]
     assert s["client_cpu_share_A"] == pytest.approx(0.5) and s["client_cpu_share_B"] == pytest.approx(0.85)
     assert s["scheduler_cpu_share_A"] == pytest.approx(0.95) and s["scheduler_cpu_share_B"] == pytest.approx(0.6)
+    # a pass with no sample inside it (shorter than the sampling step) is left out, not counted as idle
+    assert s["gpu_util_A"] == 40.0 and s["gpu_util_B"] == 60.0 and s["sm_mhz_A"] == 1980.0
     md = ab.markdown({"rounds": 2, "num_questions": 16, "parallel": 16, "parallel1_questions": 0, "max_new_tokens": 8,
                       "pairs": {"x": {"A": {"name": "a"}, "B": {"name": "b"}, "summary": {"16": s}}}})
-    assert md.rstrip().endswith("| 50% / 85% | 95% / 60% |")
+    assert md.rstrip().endswith("| 50% / 85% | 95% / 60% | 40% / 60% |")
     # recordings from before the fields: no share, a dash
-    old = ab.summarize_pair([{k: v for k, v in p.items() if k not in ("client_cpu_s", "cpu_s")} for p in passes])
+    old = ab.summarize_pair([{k: v for k, v in p.items() if k not in ("client_cpu_s", "cpu_s", "gpu")}
+                             for p in passes])
     assert old["16"]["client_cpu_share_A"] is None and old["16"]["scheduler_cpu_share_B"] is None
+    assert old["16"]["gpu_util_A"] is None
 
 
 def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, fake_server):  # noqa: F811
@@ -169,6 +175,30 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     assert "| on_p1 | on_p64 | 2 |" in md and "| on_p1 | on_p64 | 1 |" in md
     pytest.importorskip("matplotlib")
     assert ab.plot(res, str(tmp_path / "ab.png")) and (tmp_path / "ab.png").stat().st_size > 0
+
+
+def test_with_nvidia_smi_every_pass_keeps_the_gpus_load_over_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    from test_gpu_sampler import stand_in
+
+    _serve_fakes(monkeypatch, fake_server)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    stand_in(tools)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    real = ab.run_benchmark
+
+    def bench(base_url, qs, **kw):  # passes long enough for a few 100 ms samples
+        time.sleep(0.35)
+        return real(base_url, qs, **kw)
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
+    passes = res["pairs"]["on_p1:on_p64#0"]["passes"]
+    assert [p["gpu"]["util_pct"] for p in passes] == [55.0, 55.0] and all(p["gpu"]["samples"] >= 2 for p in passes)
+    assert res["pairs"]["on_p1:on_p64#0"]["summary"]["1"]["gpu_util_A"] == 55.0
+    assert (tmp_path / "ab" / "logs" / "gpu0_samples.csv").stat().st_size > 0
 
 
 def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_named(monkeypatch, tmp_path,
