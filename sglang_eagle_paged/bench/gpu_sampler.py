@@ -53,7 +53,10 @@ class GpuSampler:
     def start_if_available(cls, path, gpu: int = 0, interval_ms: int = 100) -> "GpuSampler | None":
         if shutil.which("nvidia-smi") is None:
             return None
-        return cls(path, gpu, interval_ms).start()
+        try:
+            return cls(path, gpu, interval_ms).start()
+        except OSError:  # a diagnostic: the measurement goes on without it
+            return None
 
     def start(self) -> "GpuSampler":
         self.path.parent.mkdir(parents=True, exist_ok=True)
