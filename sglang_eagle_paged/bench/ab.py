@@ -497,8 +497,8 @@ def markdown(results: dict) -> str:
               "compiled during the passes; pass spread: standard deviation of each side's log throughput over its "
               "passes, in percent (the noise); client CPU: the benchmark client's CPU seconds over the pass's wall "
               "time (near 100%, the client paces the pass); scheduler CPU: the same for the server's scheduler "
-              "process (near 100%, its Python paces the pass; per pass in `ab.json`, `cpu_s`, with the server's other "
-              "processes and the whole host's busy and stolen seconds); GPU util: nvidia-smi's utilisation over the "
+              "process (below 100%, it waited off its CPU; CUDA's spin on the GPU counts as busy; per pass in "
+              "`ab.json`, `cpu_s`, with the server's other processes and the whole host's busy and stolen seconds); GPU util: nvidia-smi's utilisation over the "
               "pass, sampled every 100 ms (per pass in `ab.json`, `gpu`, with the SM clock; blank without nvidia-smi).",
               "",
               "| A | B | parallel | verify rounds/s B/A | 95% interval | per request ms A / B | per round ms A / B "

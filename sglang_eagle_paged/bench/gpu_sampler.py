@@ -48,6 +48,8 @@ class GpuSampler:
         self.command = [command or shutil.which("nvidia-smi") or "nvidia-smi", f"--query-gpu={QUERY}",
                         "--format=csv,noheader,nounits", f"--loop-ms={interval_ms}", "-i", str(gpu)]
         self.proc: subprocess.Popen | None = None
+        self._read = 0  # bytes of the file parsed so far (whole lines only)
+        self._samples: list = []
 
     @classmethod
     def start_if_available(cls, path, gpu: int = 0, interval_ms: int = 100) -> "GpuSampler | None":
@@ -66,11 +68,17 @@ class GpuSampler:
         return self
 
     def samples(self) -> list:
+        """Every sample so far; each line is parsed once, on the first read after it is complete."""
         try:
-            text = self.path.read_text(errors="replace")
+            with open(self.path, "rb") as f:
+                f.seek(self._read)
+                new = f.read()
         except OSError:
-            return []
-        return [s for s in map(parse, text.splitlines()) if s is not None]
+            return self._samples
+        whole = new[:new.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        self._read += len(whole)
+        self._samples += [s for s in map(parse, whole.decode(errors="replace").splitlines()) if s is not None]
+        return self._samples
 
     def between(self, start: float, end: float) -> dict | None:
         return summarize(self.samples(), start, end)

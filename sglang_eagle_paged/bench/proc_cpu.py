@@ -1,9 +1,10 @@
 """CPU seconds a server's processes and the whole host spend over one benchmark pass (Linux ``/proc``).
 
-A small model's serving loop is paced by the scheduler's Python, not the GPU: when passes of one
-unchanged server scatter, these say whether the scheduler was busy the whole pass (then a slower
-pass had a slower CPU under it) or waited (then something else paced it), and whether other
-processes of the host were busy meanwhile. Off Linux every reading is empty and nothing is recorded.
+When passes of one unchanged server scatter, these say whether the scheduler held its CPU the
+whole pass or waited off it, and whether other processes of the host were busy meanwhile. Busy
+includes CUDA's spin-wait on the GPU, so a busy scheduler may be paced by either; the GPU's
+utilisation over the pass (:mod:`.gpu_sampler`) tells which. Off Linux every reading is empty and
+nothing is recorded.
 """
 
 from __future__ import annotations

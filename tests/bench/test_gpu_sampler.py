@@ -62,3 +62,15 @@ def test_without_nvidia_smi_nothing_is_sampled(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpu_sampler.GpuSampler.start_if_available(tmp_path / "x.csv") is None
     assert not os.path.exists(tmp_path / "x.csv")
+
+
+def test_each_line_is_read_once_and_a_partial_line_waits(tmp_path):
+    t = 1_800_000_000.0
+    path = tmp_path / "gpu0.csv"
+    sampler = gpu_sampler.GpuSampler(path)  # not started: the file is written here
+    path.write_text(_line(t, 10, 1980) + "\n" + _line(t + 0.1, 20, 1980)[:12])
+    assert [s[1] for s in sampler.samples()] == [10.0]
+    with open(path, "a") as f:
+        f.write(_line(t + 0.1, 20, 1980)[12:] + "\n" + _line(t + 0.2, 30, 1755) + "\n")
+    assert [s[1] for s in sampler.samples()] == [10.0, 20.0, 30.0]
+    assert sampler.between(t + 0.15, t + 0.25) == {"samples": 1, "util_pct": 30.0, "sm_mhz": 1755.0}

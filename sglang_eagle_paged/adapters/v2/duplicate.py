@@ -64,11 +64,11 @@ def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, to
     if table is None:
         pools.log_path(pool, f"SGLang's own {FUNCTION} ({declined})")
         return False
-    copy, why = copy_decision(pool)[:2]
-    if not copy:
-        pools.log_path(pool, f"copy skipped, nothing launched ({why})")
+    decision = copy_decision(pool)  # (copy, reason, ...): indexed, nothing built per draft step
+    if not decision[0]:
+        pools.log_path(pool, f"copy skipped, nothing launched ({decision[1]})")
         return True
-    pools.log_path(pool, f"{pools.OURS} ({why})")
+    pools.log_path(pool, f"{pools.OURS} ({decision[1]})")
     duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
