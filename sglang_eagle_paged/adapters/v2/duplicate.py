@@ -57,18 +57,22 @@ def duplicate_in_pool(token_to_kv_pool, rows, prefix_base, last_page, num_new_pa
     return True
 
 
+_SGLANGS = f"SGLang's own {FUNCTION}"
+_SKIPPED = "copy skipped, nothing launched"
+
+
 def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, topk, page_size) -> bool:
     """Our path: True where it served the call (copied, or nothing to copy for this reader);
     False where SGLang's function must run."""
     table, declined = pools.verdict(pool)
     if table is None:
-        pools.log_path(pool, f"SGLang's own {FUNCTION} ({declined})")
+        pools.log_path(pool, _SGLANGS, declined)
         return False
     decision = copy_decision(pool)  # (copy, reason, ...): indexed, nothing built per draft step
     if not decision[0]:
-        pools.log_path(pool, f"copy skipped, nothing launched ({decision[1]})")
+        pools.log_path(pool, _SKIPPED, decision[1])
         return True
-    pools.log_path(pool, f"{pools.OURS} ({decision[1]})")
+    pools.log_path(pool, pools.OURS, decision[1])
     duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 

@@ -64,14 +64,15 @@ def decline_reason(pool) -> str | None:
     return None
 
 
-def log_path(pool, path: str) -> None:
-    """One INFO line per pool class and path, per process: which function serves this pool's
-    prefix-tail duplication, and why."""
-    key = (type(pool).__qualname__, path)
+def log_path(pool, path: str, why: str) -> None:
+    """One INFO line per pool class, path and reason, per process: which function serves this
+    pool's prefix-tail duplication, and why. Called every draft step, so nothing is formatted
+    unless the line is new."""
+    key = (type(pool).__qualname__, path, why)
     if key in _logged:
         return
     _logged.add(key)
-    logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s", type(pool).__name__, path)
+    logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s (%s)", type(pool).__name__, path, why)
 
 
 def verdict(pool) -> tuple:
