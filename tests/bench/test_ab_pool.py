@@ -221,3 +221,24 @@ def test_the_committed_run_25_pool_gives_the_numbers_its_readme_states():
                round(r["rounds_pooled"]["high"], 3), r["rounds_for_3pct"]) for k, r in rows.items()}
     assert got == {(64, 64): (29, 0.870, 0.825, 0.917, 85), (64, 32): (90, 0.842, 0.811, 0.875, 148),
                    (16, 16): (93, 0.929, 0.887, 0.972, 220)}
+
+
+def test_the_committed_run_26_pool_resolves_3pct_at_64_in_flight_as_its_readme_states():
+    results = ROOT / "bench" / "results"
+    paths = [results / p / "on_p64__off_p64/ab.json" for p in (
+        "2026-12-03-h200-run25/ab-smollm2-q64", "2026-12-03-h200-run26/ab-smollm2-q64b",
+        "2026-12-03-h200-run26/ab-smollm2-q64c")]
+    paths.append(results / "2026-12-03-h200-run26/ab-smollm2-p1q64/on_p1__on_p64/ab.json")
+    if not all(p.exists() for p in paths):
+        pytest.skip("results moved out of the tree (a device carry)")
+    rows = {(r["A"], r["B"]): r for r in mod.pool(mod.pair_rounds(paths))}
+    ours, pages = rows[("on_p64", "off_p64")], rows[("on_p1", "on_p64")]
+    got = {k: (r["in_flight"], r["rounds_pooled"]["rounds"], round(r["rounds_pooled"]["ratio"], 3),
+               round(r["rounds_pooled"]["low"], 3), round(r["rounds_pooled"]["high"], 3))
+           for k, r in (("ours", ours), ("pages", pages))}
+    assert got == {"ours": (64, 123, 0.840, 0.821, 0.859), "pages": (64, 17, 0.999, 0.950, 1.050)}
+    # +-3% resolved: the interval lies within 3% of the ratio on both sides
+    s = ours["rounds_pooled"]
+    assert s["ratio"] / s["low"] < 1.03 and s["high"] / s["ratio"] < 1.03
+    units = ours["recordings_as_units"]
+    assert (round(units["low"], 3), round(units["high"], 3)) == (0.777, 0.918)
