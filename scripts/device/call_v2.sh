@@ -39,6 +39,9 @@
 #               P1_QUESTIONS [8], AB_SETTLE [1], PARALLEL [16], ALSO_PARALLEL [none; e.g. 128],
 #               AB_TAG [none: results in /tmp/v2/ab; else /tmp/v2/ab-TAG], MODEL [testbed | large | smollm2],
 #               MAX_NEW [256], IGNORE_EOS [unset; 1: every reply MAX_NEW long]
+#   AB_UNTIL    [unset] a pair stops before ROUNDS once its rounds, pooled with AB_PRIOR's, resolve +-this
+#               percent (e.g. 3); AB_PRIOR: earlier ab.json or `ab_pool --json` files, space-separated, carried
+#               (bench/results is set aside: carry them from .devstage/aside/bench/results/...)
 #   AB_KV       KV slots per server of ab and profile [auto: per pair (profile: per call) the pool the larger
 #               need takes to run PARALLEL (and ALSO_PARALLEL) requests without retraction (bench/kv_sizing.py,
 #               SGLang's own reserve per decode: 2,048 slots per request at page 64, topk 8), printed; a number
@@ -145,7 +148,8 @@ case "$SUB" in
       --parallel "${PARALLEL:-16}" ${ALSO_PARALLEL:+--also-parallel "$ALSO_PARALLEL"} --max-new "${MAX_NEW:-256}" \
       --max-total-tokens "${AB_KV:-auto}" ${IGNORE_EOS:+--ignore-eos} \
       --settle-passes "${AB_SETTLE:-1}" --triton-seed "$V2_ROOT/correct/logs/triton_cache/*" \
-      --triton-seed "$V2_ROOT/ab-*/*/logs/triton_cache/*" ;;
+      --triton-seed "$V2_ROOT/ab-*/*/logs/triton_cache/*" ${AB_UNTIL:+--until-pct "$AB_UNTIL"} \
+      $(for p in ${AB_PRIOR:-}; do printf -- '--prior %s ' "$p"; done) ;;
   prepare)
     if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
     else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1

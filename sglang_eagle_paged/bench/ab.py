@@ -236,7 +236,7 @@ def equal_kv_pools(pools: dict) -> None:
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, more_parallel: tuple = (), rounds: int, settle: int, bench_kw: dict, save,
                   stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
-                  isolate_scheduler: bool = False, gc_freeze: bool = False, sampler=None) -> None:
+                  isolate_scheduler: bool = False, gc_freeze: bool = False, sampler=None, until=None) -> None:
     cache_dirs = cache_dirs or {}
     t0 = time.monotonic()
     pools = {side: kv_pool_tokens(Client(servers[side].base_url).server_info()) for side in ("A", "B")}
@@ -299,6 +299,25 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
                 pair["summary"] = summarize_pair(pair["passes"])
 
             save(record)
+        if until is not None and side == ("B" if rnd % 2 == 0 else "A"):  # the round's last pass
+            resolved = _resolved(pair, until, (parallel, *more_parallel), bench_kw.get("max_new_tokens"),
+                                 len(questions))
+            if resolved:
+                save(lambda: pair.update(resolved=resolved))
+                return
+
+
+def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> dict | None:
+    """Per parallelism, the pooled statistics where ``until`` (:class:`.ab_pool.UntilResolved`) lets
+    the pair stop at every one; else None."""
+    found = {}
+    for par in levels:
+        key = (pair["A"]["name"], pair["B"]["name"], tokens, par, in_flight(par, conversations))
+        got = until.check(key, (pair.get("summary", {}).get(str(par)) or {}).get("ratios") or [])
+        if got is None:
+            return None
+        found[str(par)] = got
+    return found
 
 
 def _run_wave(lanes: list, save, samplers: dict | None = None, **measure_kw) -> None:
@@ -351,7 +370,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
               pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
               isolate_scheduler: bool = False, gc_freeze: bool = False, gc_record: bool = False,
-              tokenizer: str | None = None) -> dict:
+              tokenizer: str | None = None, until=None) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
@@ -362,7 +381,9 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     its garbage collections (:mod:`..gc_stats`) and every counted pass keep its servers' share (``gc``).
     ``settle`` passes of the measured workload per side and parallelism run before round 0 and are
     not counted. Results go to ``out_dir/ab.json`` after every pass. ``tokenizer``: as in
-    :func:`.e2e.run_configs` (the chat template applied client-side).
+    :func:`.e2e.run_configs` (the chat template applied client-side). ``until``
+    (:class:`.ab_pool.UntilResolved`): a pair stops before ``rounds`` once its rounds, pooled with
+    earlier recordings', resolve the interval asked for (``resolved`` in its record).
     """
     if tokenizer:
         require_chat_template(tokenizer)
@@ -379,6 +400,8 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
                "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
                "gc_record": gc_record, "tokenizer": tokenizer, "pairs": {}}
+    if until is not None:
+        results["until_half_width"] = until.half_width
     lock = threading.Lock()
 
     def save(update=None):
@@ -403,7 +426,7 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                           warmup_questions=warmup_questions, parallel=parallel, more_parallel=tuple(more_parallel),
                           parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
                           bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler,
-                          gc_freeze=gc_freeze)
+                          gc_freeze=gc_freeze, until=until)
     finally:
         if pin_cpus:
             cpu_pinning.pin(0, own_cpus)
@@ -447,11 +470,15 @@ def _rounds_text(results: dict) -> str:
     # An interrupt (the device scripts' time limit) leaves ab.json with the rounds asked for: the
     # header must not claim them all.
     asked = results["rounds"]
-    if not results.get("interrupted"):
+    stopped = [p for p in results["pairs"].values() if p.get("resolved")]
+    if not results.get("interrupted") and not stopped:
         return f"{asked} rounds (ABBA)"
     done = max((s["rounds"] for pair in results["pairs"].values()
                 for s in (pair.get("summary") or {}).values()), default=0)
-    return f"{done} of {asked} rounds (ABBA; interrupted before the rest)"
+    why = [] if not stopped else [f"{len(stopped)} of {len(results['pairs'])} pairs stopped once their rounds "
+                                  f"pooled with earlier recordings' resolved +-{100 * results['until_half_width']:g}%"]
+    why += ["interrupted before the rest"] if results.get("interrupted") else []
+    return f"{done} of {asked} rounds (ABBA; {'; '.join(why)})"
 
 
 def _capped_text(results: dict) -> str:
@@ -491,6 +518,12 @@ def markdown(results: dict) -> str:
                                  f"{fmt(s['high_without_compiles'], '{:.3f}')}), {s['rounds_without_compiles']} rounds"
                                  if s["ratio_without_compiles"] is not None else "no round left")
                               for pair, par, s in stalled) + "."]
+    resolved = [(pair, par, r) for pair in results["pairs"].values() for par, r in (pair.get("resolved") or {}).items()]
+    if resolved:
+        lines += ["", "Pooled with earlier recordings (the rounds that stopped the pair): "
+                  + "; ".join(f"{pair['A']['name']}:{pair['B']['name']} at parallel {par} {r['ratio']:.3f}x "
+                              f"({r['low']:.3f}-{r['high']:.3f}), {r['rounds']} rounds of which {r['prior_rounds']} "
+                              "earlier" for pair, par, r in resolved) + "."]
     lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
@@ -586,6 +619,31 @@ def plot(results: dict, path: str) -> str | None:
     return path
 
 
+def add_until_args(p) -> None:
+    p.add_argument("--until-pct", type=float,
+                   help="stop a pair before --rounds once its rounds, pooled with --prior's, give a 95%% interval "
+                        "within +-this percent (bench/ab_pool.py: UntilResolved)")
+    p.add_argument("--prior", action="append", default=[],
+                   help="earlier recordings to pool with (glob; ab.json or ab_pool --json output); repeatable")
+
+
+def until_of(a):
+    """The stopping rule ``--until-pct`` and ``--prior`` ask for, or None."""
+    if a.until_pct is None:
+        if a.prior:
+            raise SystemExit("--prior pools with earlier recordings only for --until-pct")
+        return None
+    import glob
+
+    from .ab_pool import UntilResolved, load_prior
+
+    paths = [x for g in a.prior for x in sorted(glob.glob(g))]
+    missing = [g for g in a.prior if not glob.glob(g)]
+    if missing:
+        raise SystemExit(f"--prior {missing[0]}: no such file")
+    return UntilResolved(load_prior(paths), a.until_pct / 100.0)
+
+
 def _parse_pairs(spec: str, configs: list) -> list:
     by_name = {c.name: c for c in configs}
     pairs = []
@@ -626,6 +684,7 @@ def main(argv=None) -> int:
                    help="call SGLang's /freeze_gc on both servers of a pair after warm-up")
     p.add_argument("--gc-record", action="store_true",
                    help="every server records its garbage collections; every counted pass keeps its share")
+    add_until_args(p)
     a = p.parse_args(argv)
     configs = configs_of(a)
     pairs = _parse_pairs(a.pairs, configs)
@@ -644,7 +703,7 @@ def main(argv=None) -> int:
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
                             pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
                             isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc,
-                            gc_record=a.gc_record, tokenizer=a.tokenizer)
+                            gc_record=a.gc_record, tokenizer=a.tokenizer, until=until_of(a))
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():

@@ -80,6 +80,50 @@ def pool(groups: dict) -> list:
     return rows
 
 
+
+def load_prior(paths: list) -> dict:
+    """{pair key as in :func:`pair_rounds`: every per-round ratio} of earlier recordings: ``bench.ab``'s
+    ab.json files and this module's ``--json`` output (its pooled rows keep every round's ratio)."""
+    out = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if isinstance(data, dict) and "pairs" in data:
+            for key, recs in pair_rounds([path]).items():
+                out.setdefault(key, []).extend(r for _, ratios in recs for r in ratios)
+            continue
+        for row in data["pooled"] if isinstance(data, dict) else data:
+            key = (row["A"], row["B"], row.get("tokens"), row["parallel"], row.get("in_flight", row["parallel"]))
+            out.setdefault(key, []).extend(row["rounds_pooled"]["ratios"])
+    return out
+
+
+class UntilResolved:
+    """When a pair being measured may stop: once its rounds, pooled with the earlier recordings'
+    rounds of the same key (``prior``, :func:`load_prior`), give a 95% interval within
+    +-``half_width`` of the ratio on both sides, with at least ``min_rounds`` in all and three here.
+
+    The rule looks at the interval's width, never at where the ratio lies, so it does not steer the
+    ratio; the width is itself estimated, so stopping when it first looks narrow covers a little
+    less than 95%. The device's time then goes to the next pair instead of rounds nobody needs."""
+
+    def __init__(self, prior: dict, half_width: float, min_rounds: int = 10):
+        self.prior, self.half_width, self.min_rounds = prior, half_width, min_rounds
+
+    def check(self, key: tuple, ratios: list) -> dict | None:
+        """The pooled statistics where ``key``'s rounds so far (``ratios``) and the prior ones resolve
+        +-``half_width``; else None."""
+        earlier = self.prior.get(key, [])
+        pooled = [*earlier, *ratios]
+        if len(ratios) < 3 or len(pooled) < self.min_rounds:
+            return None
+        s = ratio_stats([1.0] * len(pooled), pooled)
+        if not s.get("low") or s.get("high") is None:
+            return None
+        if max(s["high"] / s["ratio"], s["ratio"] / s["low"]) - 1 > self.half_width:
+            return None
+        return {"half_width": self.half_width, "prior_rounds": len(earlier), "rounds": len(pooled),
+                "ratio": s["ratio"], "low": s["low"], "high": s["high"]}
+
 def _mean_interval(xs: list) -> dict:
     mean = statistics.fmean(xs)
     if len(xs) < 2:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import kv_sizing, v2_sets
+from .ab import add_until_args
 from .e2e import add_workload_args, run_configs
 from .mtbench import in_flight_note
 
@@ -51,12 +52,16 @@ def pair_dir(out: Path, a, b) -> Path:
 
 
 def pair_done(path: Path, rounds: int) -> bool:
-    """An earlier call measured this pair to the end: every parallelism has ``rounds`` rounds."""
+    """An earlier call measured this pair to the end: every parallelism has ``rounds`` rounds, or the
+    pair stopped once resolved (``--until-pct``)."""
     try:
         rec = json.loads((path / "ab.json").read_text())
     except (OSError, ValueError):
         return False
     summaries = [s for p in rec.get("pairs", {}).values() for s in (p.get("summary") or {}).values()]
+    pairs = list(rec.get("pairs", {}).values())
+    if not rec.get("interrupted") and pairs and all(p.get("resolved") for p in pairs):
+        return True  # stopped early: its rounds pooled with earlier recordings' resolved the interval
     return (not rec.get("interrupted") and bool(summaries) and rec.get("rounds", 0) >= rounds
             and all(s.get("rounds", 0) >= rounds for s in summaries))
 
@@ -97,6 +102,10 @@ def ab(a) -> int:
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
     _say_in_flight("v2 ab", max((a.parallel, *more)), a.questions)
+    until = ab_mod.until_of(a)
+    if until is not None:
+        print(f"[v2 ab] a pair stops once its rounds pooled with {sum(map(len, until.prior.values()))} earlier "
+              f"ones resolve +-{a.until_pct:g}% (95%)")
     for pa, pb in v2_sets.pairs(a.pairs):
         pa, pb = (sized_for(c, a) for c in (pa, pb))
         where = pair_dir(out, pa, pb)
@@ -118,7 +127,7 @@ def ab(a) -> int:
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
                                        max_total_tokens=pool, mem_fraction=a.mem_fraction,
                                        question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes,
-                                       tokenizer=a.tokenizer)
+                                       tokenizer=a.tokenizer, until=until)
         except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
             saved = where / "ab.json"
             if saved.exists():
@@ -169,6 +178,7 @@ def parser() -> argparse.ArgumentParser:
     sa.add_argument("--also-parallel", help="more parallelisms each round measures, comma-separated (e.g. 128)")
     sa.add_argument("--settle-passes", type=int, default=1)
     sa.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
+    add_until_args(sa)
     sp = sub.choices["profile"]
     sp.set_defaults(only="on_p1,on_p64")
     sp.add_argument("--steps", type=int, default=24, help="forward steps each profile records")

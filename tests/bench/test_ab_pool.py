@@ -242,3 +242,31 @@ def test_the_committed_run_26_pool_resolves_3pct_at_64_in_flight_as_its_readme_s
     assert s["ratio"] / s["low"] < 1.03 and s["high"] / s["ratio"] < 1.03
     units = ours["recordings_as_units"]
     assert (round(units["low"], 3), round(units["high"], 3)) == (0.777, 0.918)
+
+
+def test_earlier_rounds_load_alike_from_recordings_and_from_pooled_output(tmp_path):
+    rec = _recording(tmp_path / "1.json", "on_p64", {16: [0.9, 1.1]}, conversations=32)
+    key = ("on_p1", "on_p64", None, 16, 16)
+    pooled = tmp_path / "pooled.json"
+    pooled.write_text(json.dumps(mod.pool(mod.pair_rounds([rec]))))
+    assert mod.load_prior([rec]) == mod.load_prior([str(pooled)]) == {key: [0.9, 1.1]}
+    # --json with --fits writes {"pooled": rows, ...}: the rows are read from there
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"pooled": json.loads(pooled.read_text()), "fits": []}))
+    assert mod.load_prior([rec, str(wrapped)]) == {key: [0.9, 1.1, 0.9, 1.1]}
+
+
+def test_a_pair_may_stop_once_its_rounds_with_the_earlier_ones_resolve_the_width_asked():
+    key = ("a", "b", 128, 64, 64)
+    steady = [0.84, 0.85, 0.86] * 3
+    until = mod.UntilResolved({key: steady}, 0.03, min_rounds=10)
+    assert until.check(key, [0.85, 0.85]) is None  # fewer than three rounds of its own
+    got = until.check(key, [0.85, 0.84, 0.86])
+    assert got["prior_rounds"] == 9 and got["rounds"] == 12 and got["low"] < got["ratio"] < got["high"]
+    assert got["ratio"] / got["low"] < 1.03 and got["high"] / got["ratio"] < 1.03
+    # the same rounds under another key have no earlier ones: too few in all
+    assert until.check(("a", "b", 128, 16, 16), [0.85, 0.84, 0.86]) is None
+    # scatter too wide for +-3%, however many rounds so far
+    wide = mod.UntilResolved({}, 0.03, min_rounds=3)
+    assert wide.check(key, [0.7, 1.0, 1.3] * 5) is None
+    assert wide.check(key, [0.85] * 3)["ratio"] == pytest.approx(0.85)

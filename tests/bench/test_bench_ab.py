@@ -623,3 +623,38 @@ def test_main_sizes_the_pool_for_every_configuration_of_its_pairs(monkeypatch, t
         ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--max-total-tokens", "90000",
                  "--parallel", "64", "--questions", "8"])
     assert "[ab] parallel 64 over 8 conversations: at most 8 requests in flight" in capsys.readouterr().out
+
+
+def test_a_pair_stops_before_its_rounds_once_pooled_with_earlier_ones_it_resolves(monkeypatch, tmp_path,
+                                                                                  fake_server):  # noqa: F811
+    from sglang_eagle_paged.bench import ab_pool
+
+    _serve_fakes(monkeypatch, fake_server)
+    real = ab._pass_record
+
+    def steady(bench, side, rnd, par, *a, **kw):  # B runs at 0.85 of A in every pass
+        rec = real(bench, side, rnd, par, *a, **kw)
+        rec["output_throughput"] = 100.0 if side == "A" else 85.0
+        return rec
+
+    monkeypatch.setattr(ab, "_pass_record", steady)
+    qfile = _question_file(tmp_path)
+    p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
+    key = ("on_p1", "on_p64", 8, 2, 2)
+    until = ab_pool.UntilResolved({key: [0.85] * 8}, 0.03, min_rounds=10)
+    kw = dict(target="T", draft="D", rounds=20, num_questions=2, parallel=2, max_new_tokens=8, warmup=1,
+              question_file=str(qfile), settle=0)
+    res = ab.run_pairs([(p1, p64)], out_dir=str(tmp_path / "ab"), until=until, **kw)
+    pair = res["pairs"]["on_p1:on_p64#0"]
+    # three rounds of its own (the fewest), eleven with the earlier eight: resolved, stopped, servers down
+    assert pair["summary"]["2"]["rounds"] == 3 and len(pair["passes"]) == 6
+    assert pair["resolved"]["2"]["rounds"] == 11 and pair["resolved"]["2"]["prior_rounds"] == 8
+    assert {e[0] for e in FakeServer.events[-4:]} == {"terminate", "stop"}
+    md = ab.markdown(res)
+    assert md.startswith("3 of 20 rounds (ABBA; 1 of 1 pairs stopped once their rounds pooled with earlier "
+                         "recordings' resolved +-3%)")
+    assert "on_p1:on_p64 at parallel 2 0.850x (0.850-0.850), 11 rounds of which 8 earlier" in md
+    # with no earlier rounds it measures to the tenth round before the same rule lets it stop
+    res = ab.run_pairs([(p1, p64)], out_dir=str(tmp_path / "ab2"),
+                       until=ab_pool.UntilResolved({}, 0.03, min_rounds=10), **kw)
+    assert res["pairs"]["on_p1:on_p64#0"]["summary"]["2"]["rounds"] == 10

@@ -561,3 +561,28 @@ def test_sitecustomize_arms_the_probe_only_when_asked_and_chains_the_next_one(tm
                         capture_output=True, text=True, timeout=60)
     assert off.stdout.split() == ["False", "ran"], off.stderr
     assert on.stdout.split() == ["True", "ran"], on.stderr
+
+
+@needs_tools
+def test_call_ab_stops_a_pair_once_pooled_with_the_carried_recordings_it_resolves(tmp_path):
+    prior = tmp_path / "pooled.json"
+    prior.write_text(json.dumps([{"A": "on_p1", "B": "on_p64", "tokens": 256, "parallel": 16, "in_flight": 16,
+                                  "rounds_pooled": {"ratios": [0.9, 1.0, 1.1]}}]))
+    done = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3", AB_PRIOR=str(prior))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[v2 ab] a pair stops once its rounds pooled with 3 earlier ones resolve +-3% (95%)" in done.stdout
+    missing = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3",
+                    AB_PRIOR=str(tmp_path / "gone.json"))
+    assert missing.returncode != 0 and "gone.json: no such file" in missing.stdout + missing.stderr
+    alone = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_PRIOR=str(prior))
+    assert alone.returncode != 0 and "--prior pools with earlier recordings only for --until-pct" in alone.stdout
+
+
+def test_a_pair_that_stopped_resolved_is_skipped_on_resume(tmp_path):
+    from sglang_eagle_paged.bench.v2_run import pair_done
+
+    rec = {"rounds": 400, "pairs": {"a:b#0": {"summary": {"64": {"rounds": 30}}, "resolved": {"64": {"rounds": 60}}}}}
+    (tmp_path / "ab.json").write_text(json.dumps(rec))
+    assert pair_done(tmp_path, 400)
+    (tmp_path / "ab.json").write_text(json.dumps({**rec, "interrupted": True}))
+    assert not pair_done(tmp_path, 400)
