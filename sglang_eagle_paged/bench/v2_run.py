@@ -27,7 +27,7 @@ from pathlib import Path
 from . import kv_sizing, v2_sets
 from .ab import add_until_args
 from .e2e import add_workload_args, run_configs
-from .mtbench import in_flight_note
+from .mtbench import in_flight, in_flight_note
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -103,15 +103,16 @@ def ab(a) -> int:
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
     _say_in_flight("v2 ab", max((a.parallel, *more)), a.questions)
     until = ab_mod.until_of(a)
-    if until is not None:
-        print(f"[v2 ab] a pair stops once its rounds pooled with {sum(map(len, until.prior.values()))} earlier "
-              f"ones resolve +-{a.until_pct:g}% (95%)")
     for pa, pb in v2_sets.pairs(a.pairs):
         pa, pb = (sized_for(c, a) for c in (pa, pb))
         where = pair_dir(out, pa, pb)
         if pair_done(where, a.rounds):
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
             continue
+        if until is not None:
+            key = (pa.name, pb.name, a.max_new, a.parallel, in_flight(a.parallel, a.questions))
+            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {len(until.prior.get(key, []))} "
+                  f"earlier ones at parallel {a.parallel} resolve +-{a.until_pct:g}% (95%)")
         # both sides get the pool of the larger need (bench.ab refuses unequal pools)
         pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
