@@ -21,6 +21,9 @@ cannot tell a per-request cost from a per-round one (the round counts vary too l
 ``--probe`` adds, per pair, the per-request time of one-token recordings (``max_new_tokens`` 1,
 ``call_ab.sh``'s ``MAX_NEW=1``) at parallel 1 as B minus A within each round: the per-request
 cost measured directly, without the fits' trade-off.
+
+:class:`UntilResolved` is the same pooling while a pair is measured: ``bench.ab --until-pct P --prior
+FILE`` stops the pair once its rounds with the earlier ones (:func:`load_prior`) resolve +-P%.
 """
 
 import argparse
