@@ -312,7 +312,7 @@ def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> d
     the pair stop at every one; else None."""
     found = {}
     for par in levels:
-        key = (pair["A"]["name"], pair["B"]["name"], tokens, par, in_flight(par, conversations))
+        key = (pair["A"]["name"], pair["B"]["name"], tokens, par, conversations)
         got = until.check(key, (pair.get("summary", {}).get(str(par)) or {}).get("ratios") or [])
         if got is None:
             return None

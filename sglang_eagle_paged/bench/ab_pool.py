@@ -37,6 +37,12 @@ from sglang_eagle_paged.bench.ab import ratio_stats, t95
 from sglang_eagle_paged.bench.mtbench import in_flight
 
 
+def pair_key(a: str, b: str, tokens, parallel: int, conversations: int | None) -> tuple:
+    """What pools together: A and B names, output tokens, parallelism and requests in flight
+    (``conversations`` cap them; None: not recorded, the parallelism)."""
+    return (a, b, tokens, parallel, in_flight(parallel, conversations) if conversations else parallel)
+
+
 def pair_rounds(paths: list) -> dict:
     """{(A name, B name, output tokens, parallel, requests in flight): [(path, per-round ratios), ...]},
     in the order of ``paths``. The output length is part of the key: a one-token probe is another
@@ -47,9 +53,8 @@ def pair_rounds(paths: list) -> dict:
         for pair in rec["pairs"].values():
             for parallel, summary in pair["summary"].items():
                 if summary.get("ratios"):
-                    conversations = rec.get("num_questions")
-                    flying = in_flight(int(parallel), conversations) if conversations else int(parallel)
-                    key = (pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel), flying)
+                    key = pair_key(pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel),
+                                   rec.get("num_questions"))
                     groups.setdefault(key, []).append((str(path), summary["ratios"]))
     return groups
 
@@ -83,7 +88,6 @@ def pool(groups: dict) -> list:
     return rows
 
 
-
 def load_prior(paths: list) -> dict:
     """{pair key as in :func:`pair_rounds`: every per-round ratio} of earlier recordings: ``bench.ab``'s
     ab.json files and this module's ``--json`` output (its pooled rows keep every round's ratio)."""
@@ -112,10 +116,14 @@ class UntilResolved:
     def __init__(self, prior: dict, half_width: float, min_rounds: int = 10):
         self.prior, self.half_width, self.min_rounds = prior, half_width, min_rounds
 
+    def earlier(self, *key) -> list:
+        """The prior rounds of :func:`pair_key` ``(*key)``."""
+        return self.prior.get(pair_key(*key), [])
+
     def check(self, key: tuple, ratios: list) -> dict | None:
-        """The pooled statistics where ``key``'s rounds so far (``ratios``) and the prior ones resolve
-        +-``half_width``; else None."""
-        earlier = self.prior.get(key, [])
+        """The pooled statistics where the rounds so far (``ratios``) and the prior ones of
+        :func:`pair_key` ``(*key)`` resolve +-``half_width``; else None."""
+        earlier = self.earlier(*key)
         pooled = [*earlier, *ratios]
         if len(ratios) < 3 or len(pooled) < self.min_rounds:
             return None

@@ -27,7 +27,7 @@ from pathlib import Path
 from . import kv_sizing, v2_sets
 from .ab import add_until_args
 from .e2e import add_workload_args, run_configs
-from .mtbench import in_flight, in_flight_note
+from .mtbench import in_flight_note
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -58,12 +58,13 @@ def pair_done(path: Path, rounds: int) -> bool:
         rec = json.loads((path / "ab.json").read_text())
     except (OSError, ValueError):
         return False
-    summaries = [s for p in rec.get("pairs", {}).values() for s in (p.get("summary") or {}).values()]
     pairs = list(rec.get("pairs", {}).values())
-    if not rec.get("interrupted") and pairs and all(p.get("resolved") for p in pairs):
-        return True  # stopped early: its rounds pooled with earlier recordings' resolved the interval
-    return (not rec.get("interrupted") and bool(summaries) and rec.get("rounds", 0) >= rounds
-            and all(s.get("rounds", 0) >= rounds for s in summaries))
+    if rec.get("interrupted") or not pairs:
+        return False
+    if all(p.get("resolved") for p in pairs):  # stopped early, the interval resolved (--until-pct)
+        return True
+    summaries = [s for p in pairs for s in (p.get("summary") or {}).values()]
+    return bool(summaries) and rec.get("rounds", 0) >= rounds and all(s.get("rounds", 0) >= rounds for s in summaries)
 
 
 def _say_in_flight(tag: str, parallel: int, questions: int) -> None:
@@ -110,8 +111,8 @@ def ab(a) -> int:
             print(f"[v2 ab] {pa.name}:{pb.name} measured already ({where})")
             continue
         if until is not None:
-            key = (pa.name, pb.name, a.max_new, a.parallel, in_flight(a.parallel, a.questions))
-            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {len(until.prior.get(key, []))} "
+            earlier = until.earlier(pa.name, pb.name, a.max_new, a.parallel, a.questions)
+            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {len(earlier)} "
                   f"earlier ones at parallel {a.parallel} resolve +-{a.until_pct:g}% (95%)")
         # both sides get the pool of the larger need (bench.ab refuses unequal pools)
         pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)

@@ -68,19 +68,19 @@ def _served(copy_decision, pool, rows, prefix_base, last_page, num_new_pages, to
     if table is None:
         pools.log_path(pool, _SGLANGS, declined)
         return False
-    decision = copy_decision(pool)  # (copy, reason, ...): indexed, nothing built per draft step
-    if not decision[0]:
-        pools.log_path(pool, _SKIPPED, decision[1])
+    decision = copy_decision(pool)
+    if not decision.copy:
+        pools.log_path(pool, _SKIPPED, decision.reason)
         return True
-    pools.log_path(pool, pools.OURS, decision[1])
+    pools.log_path(pool, pools.OURS, decision.reason)
     duplicate_prefix_tail(table, rows, prefix_base, last_page, num_new_pages, topk, page_size)
     return True
 
 
 def make_hook(mode: Mode, copy_decision=backends.pool_decision):
     """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake).
-    ``copy_decision(pool) -> (copy, reason, ...)`` (:class:`.backends.CopyDecision`) is asked on every
-    call our kernel could serve."""
+    ``copy_decision(pool) ->`` :class:`.backends.CopyDecision` is asked on every call our kernel could
+    serve."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")

@@ -14,7 +14,7 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.op_count import count  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import duplicate, pools  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools  # noqa: E402
 from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import (  # noqa: E402
     _duplicate_prefix_tail_kernel, duplicate_prefix_tail_reference, tail_pair_capacity, tail_pairs,
@@ -23,7 +23,8 @@ from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
 SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
-OURS = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "these tests compare copies"))
+OURS = duplicate.make_hook(Mode.ON,
+                          copy_decision=lambda _pool: backends.CopyDecision(True, "these tests compare copies"))
 KERNEL = "_duplicate_prefix_tail_kernel"
 
 
@@ -220,7 +221,8 @@ def test_a_backend_that_never_reads_the_copy_gets_no_copy_and_no_launch():
     start = support.snapshot(pool)
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
     asked = []
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: asked.append(1) or (False, "flashinfer"))
+    hook = duplicate.make_hook(Mode.ON,
+                               copy_decision=lambda _pool: asked.append(1) or backends.CopyDecision(False, "flashinfer"))
     with support.observe() as (probe, launches):
         for _ in range(3):
             hook(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)

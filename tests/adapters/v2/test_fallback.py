@@ -17,7 +17,7 @@ support.require_sglang()
 import torch  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import duplicate, pools, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools, warm_up  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -67,7 +67,7 @@ def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, att
 
     monkeypatch.setattr(module, attr, broken)
     pool, rows, args, theirs = _layout()
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (True, "copy"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: backends.CopyDecision(True, "copy"))
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert hook(SGLANG_FN, pool, rows, *args, TOPK, PAGE) is None
         got = support.snapshot(pool)

@@ -12,7 +12,7 @@ support.require_sglang()
 import torch  # noqa: E402
 from sglang.srt.mem_cache import memory_pool as mp  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import duplicate, pools  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -144,7 +144,8 @@ def _declined_pools():
 @pytest.mark.parametrize("pool", _declined_pools(), ids=lambda p: type(p).__name__ + ("-hnd" if getattr(p, "use_hnd", 0) else ""))
 def test_a_skip_decision_never_bypasses_the_pool_check(pool, monkeypatch, caplog):
     monkeypatch.setattr(pools, "_logged", set())
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (False, "this reader never reads a copied slot"))
+    never = backends.CopyDecision(False, "this reader never reads a copied slot")
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: never)
     page, topk, steps, seq = 4, 3, 2, [5, 6]
     rows = torch.arange(1, 1 + 2 * 64, dtype=torch.int32).view(2, 64)
     got = []
@@ -160,7 +161,7 @@ def test_a_skip_decision_never_bypasses_the_pool_check(pool, monkeypatch, caplog
 @pytest.mark.parametrize("copy,says", [(False, "copy skipped"), (True, pools.OURS)])
 def test_the_plain_pool_logs_its_path_once(copy, says, monkeypatch, caplog):
     monkeypatch.setattr(pools, "_logged", set())
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: (copy, "the reader's reason"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: backends.CopyDecision(copy, "the reader's reason"))
     pool, rows = support.layout_rows([5], 4, 3, 2, seed=1)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         for _ in range(2):

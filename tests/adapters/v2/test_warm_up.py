@@ -10,7 +10,7 @@ from types import SimpleNamespace  # noqa: E402
 import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import duplicate, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, warm_up  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import _duplicate_prefix_tail_kernel  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -33,7 +33,7 @@ def test_no_new_specialisation_after_warm_up():
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))
+    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: backends.CopyDecision(True, "test"))
     with capture_specializations(_duplicate_prefix_tail_kernel) as serving:
         for (_, rows), seq in zip(layouts, batches):
             rows = rows.clamp_max(pool.size)
@@ -49,7 +49,8 @@ def test_slot_dtype_of_the_rows_is_warmed():
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm64:
         warm_up.warm_up_worker(worker)
     with capture_specializations(_duplicate_prefix_tail_kernel) as serve32:
-        duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: (True, "test"))(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
+        hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: backends.CopyDecision(True, "test"))
+        hook(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
     assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
 
 
@@ -85,7 +86,7 @@ def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypa
     variant is compiled at start-up all the same."""
     from sglang.srt.layers.attention import flashattention_backend as fa3b
 
-    from sglang_eagle_paged.adapters.v2 import backends, fa3_in_place
+    from sglang_eagle_paged.adapters.v2 import fa3_in_place
 
     monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     pool, rows = support.layout_rows([5], 8, 3, 2, seed=7)
