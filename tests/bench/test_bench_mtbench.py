@@ -240,10 +240,12 @@ class CountingSGLang(FakeSGLang):
             CountingSGLang.most = max(CountingSGLang.most, CountingSGLang.busy)
         try:
             time.sleep(0.2)
-            super().do_POST()
         finally:
+            # out of flight before the answer is written: once the client has it, the conversation's
+            # next turn may arrive before this handler would otherwise have counted itself out
             with self.lock:
                 CountingSGLang.busy -= 1
+        super().do_POST()
 
 
 @pytest.mark.parametrize("parallel", [2, 8])
