@@ -21,7 +21,7 @@ The two pieces are sync-free tensor ops that a CUDA graph can capture:
 proven) are the thinnest glue SGLang allows:
 
 - AFTER ``FlashAttentionBackend.__init__``: a draft runner's backend says whether it is a plain
-  MHA one the proof covers (:func:`after_backend_init`);
+  MHA one on a plain pool the proof covers (:func:`after_backend_init`);
 - AFTER ``init_forward_metadata`` and ``init_forward_metadata_out_graph``: the rewrite, on the
   draft decode's topk > 1 metadata only (:func:`after_metadata`);
 - AROUND the backend module's ``flash_attn_with_kvcache`` global: a call whose page table the
@@ -42,9 +42,9 @@ is in docs/backend_reads.md. SGLang is not imported here.
 """
 
 import logging
-import os
 
 from ..common.fault_switch import FaultSwitch
+from . import pools
 
 FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
 BACKEND = FA3_MODULE + ".FlashAttentionBackend"
@@ -101,14 +101,19 @@ SWITCH = FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this pr
 # Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the
 # metadata hooks rewrite its draft decode; the duplication's decision reads it, :func:`reads_in_place`).
 MARK = "_sglang_eagle_paged_in_place"
-_HND_ENV = "SGLANG_USE_HND_KVCACHE"
 
 
 def not_covered(backend) -> str | None:
-    """None where the proof covers ``backend`` (FA3, MHA, plain pool, no translated reads, no
-    sliding-window layers, no local attention, no KV sharding); else why not, in one line."""
+    """None where the proof covers ``backend`` (FA3, MHA, a plain pool in its token-major layout,
+    no translated reads, no sliding-window layers, no local attention, no KV sharding); else why
+    not, in one line."""
     if getattr(backend, "fa_impl_ver", 3) != 3:
         return f"FlashAttention {backend.fa_impl_ver} is not covered by the proof (FA3 is)"
+    # The proof's pool holds slot s as row s of (slots, heads, dim) buffers: that is what lets
+    # per_token_view read FA3's pages one slot at a time. Other pools lay slots out otherwise.
+    pool_problem = pools.layout_reason(getattr(backend, "token_to_kv_pool", None))
+    if pool_problem is not None:
+        return f"the draft KV pool ({pool_problem}) is not covered by the proof"
     checks = (
         ("use_mla", True, "MLA"),
         ("has_swa", True, "sliding-window attention"),
@@ -125,8 +130,6 @@ def not_covered(backend) -> str | None:
         return "translated KV reads are not covered by the proof"
     if (getattr(backend, "attn_cp_size", 1) or 1) > 1:
         return "attention context parallelism is not covered by the proof"
-    if os.environ.get(_HND_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
-        return f"{_HND_ENV} (HND pool layout) is not covered by the proof"
     return None
 
 

@@ -33,8 +33,10 @@ def _native_move_env() -> bool:
     return bool(var.get()) if var is not None else False
 
 
-def decline_reason(pool) -> str | None:
-    """None where our kernel copies ``pool`` exactly as SGLang would; else why not, in one line."""
+def layout_reason(pool) -> str | None:
+    """None where ``pool`` is SGLang's plain ``MHATokenToKVPool`` holding slot ``s`` as row ``s``
+    of unscaled NHD K and V buffers, all that a slot is; else why not, in one line. What both our
+    copy and FA3's in-place reads (``fa3_in_place``) rest on."""
     cls = type(pool)
     if cls is not kv_copy.mha_pool_class():
         return f"{cls.__name__} is not the plain MHATokenToKVPool (its own move_kv_cache)"
@@ -43,13 +45,21 @@ def decline_reason(pool) -> str | None:
     layout = getattr(pool, "kv_cache_layout", "nhd")
     if layout != "nhd":
         return f"kv_cache_layout={layout!r}"
-    if getattr(pool, "use_native_move_kv_cache", False) or _native_move_env():
-        return "native move_kv_cache (SGLANG_NATIVE_MOVE_KV_CACHE)"
     if getattr(pool, "is_quantized_kv_cache", False):
         return "quantized KV cache"
     for name in ("k_scale_buffer", "v_scale_buffer", "native_k_scale_buffer", "native_v_scale_buffer"):
         if getattr(pool, name, None) is not None:
             return f"scale buffers ({name})"
+    return None
+
+
+def decline_reason(pool) -> str | None:
+    """None where our kernel copies ``pool`` exactly as SGLang would; else why not, in one line."""
+    reason = layout_reason(pool)
+    if reason is not None:
+        return reason
+    if getattr(pool, "use_native_move_kv_cache", False) or _native_move_env():
+        return "native move_kv_cache (SGLANG_NATIVE_MOVE_KV_CACHE)"
     if getattr(pool, "post_capture_active", False):
         return "post-capture (VMM-backed) KV buffers"
     k, v = getattr(pool, "k_buffer", None), getattr(pool, "v_buffer", None)

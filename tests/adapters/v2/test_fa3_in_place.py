@@ -46,7 +46,9 @@ from helpers.draft_tree import (  # noqa: E402
     HEAD_DIM, HEADS, draft_decode_set_expand_metadata, expected_reads, make_case, plain_translator,
     prepare_for_draft)
 
+from sglang.srt.mem_cache import memory_pool as mp  # noqa: E402
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E402
 
 try:  # 0.5.17: the unified pool's hooks stand where 0.5.23's KVIndexTranslator does
@@ -307,10 +309,19 @@ ABSENT = object()  # the attribute is not there at all (0.5.17 has no kv_index_t
 ON_517 = {"kv_index_translator": ABSENT}
 
 
+def _pool(**switched):
+    """A real ``MHATokenToKVPool`` as its constructor builds it on CPU, then ``switched`` as its
+    constructor would set them elsewhere (AITER's ``vectorized_5d`` layout needs ROCm)."""
+    pool = MHATokenToKVPool(64, 16, torch.bfloat16, 2, 4, 1, "cpu", enable_memory_saver=False,
+                            enable_alt_stream=False, enable_kv_cache_copy=False)
+    vars(pool).update(switched)
+    return pool
+
+
 def _draft_backend(**kw):
     be = SimpleNamespace(is_draft_runner=True, topk=4, page_size=16, use_mla=False, has_swa=False, fa_impl_ver=3,
                          use_sliding_window_kv_pool=False, local_attn_builder=None, has_local_attention=False,
-                         _kv_shard_pool=None,
+                         _kv_shard_pool=None, token_to_kv_pool=_pool(),
                          kv_index_translator=SimpleNamespace(is_translating=False), attn_cp_size=1)
     vars(be).update(kw)
     for name in [k for k, v in vars(be).items() if v is ABSENT]:
@@ -334,6 +345,11 @@ def _draft_backend(**kw):
     ([{**ON_517, "_unified_hooks": SimpleNamespace(enabled=True)}], False),
     ([ON_517], False),  # neither: cannot tell, so copy
     ([{}, {"is_draft_runner": False, "use_mla": True}], True),  # the target's backend: not drafting
+    # the pool: SGLang's plain MHATokenToKVPool in its NHD layout only
+    ([{}, {"token_to_kv_pool": None}], False),
+    ([{"token_to_kv_pool": _pool(kv_cache_layout="vectorized_5d")}], False),
+    ([{"token_to_kv_pool": object.__new__(mp.MHATokenToKVPoolFP4)}], False),
+    ([{"token_to_kv_pool": object.__new__(mp.MLATokenToKVPool)}], False),
 ])
 def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
     """The decision a server takes (``backends.copy_needed`` on the draft runner's own multi-step
@@ -372,12 +388,16 @@ def test_sglangs_own_backend_is_covered_until_its_reads_are_translated(monkeypat
 
 
 def test_an_hnd_pool_keeps_the_copy(monkeypatch):
+    """The pool's constructor reads SGLANG_USE_HND_KVCACHE and lays its buffers out head-major:
+    not the layout the proof reads per token."""
     from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
 
     from sglang_eagle_paged.adapters.v2 import backends as readers
 
     monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
-    be = _draft_backend()
+    be = _draft_backend(token_to_kv_pool=_pool())
+    assert be.token_to_kv_pool.kv_cache_layout == "hnd"
+    assert "HND" in fa3_in_place.not_covered(be)
     after_backend_init(None, be)
     multi = object.__new__(FlashAttentionMultiStepBackend)
     multi.attn_backends = [be]
