@@ -37,9 +37,10 @@ _switched_off = FaultSwitch("[sglang-eagle-paged] v2 draft duplication switched 
                             f"{FUNCTION} serves from now on: %s")
 
 
-def switch_off(reason: str) -> None:
-    """Serve every later call with SGLang's own function; one ERROR line per process."""
-    _switched_off.trip(reason)
+def switch_off(reason: str, say: bool = True) -> None:
+    """Serve every later call with SGLang's own function; one ERROR line per process (``say``:
+    this one's)."""
+    _switched_off.trip(reason, say)
 
 
 def switched_off() -> str | None:

@@ -17,7 +17,8 @@ support.require_sglang()
 import torch  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, duplicate, fa3_in_place, pools, warm_up  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -28,7 +29,8 @@ PAGE, TOPK, STEPS, SEQ = 4, 3, 2, [5, 6, 7]
 
 @pytest.fixture
 def fresh(monkeypatch):
-    monkeypatch.setattr(duplicate._switched_off, "reason", None)
+    for switch in (duplicate._switched_off, fa3_in_place.SWITCH, fa3_metadata._switched_off):
+        monkeypatch.setattr(switch, "reason", None)
 
 
 def _layout():
@@ -91,8 +93,17 @@ def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh,
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows)))
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert warm_up.after_hook("result", worker) == "result"  # start-up goes on
+        warm_up.after_hook("result", worker)  # another draft worker's warm-up fails alike: said once
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "warm-up" in errors[0].getMessage()
+    # every v2 path of ours is off: FA3's metadata is SGLang's, and fa3 in place gives the copy back
+    assert duplicate.switched_off() and fa3_metadata.switched_off() and fa3_in_place.SWITCH
+    from sglang.srt.layers.attention import flashattention_backend as fa3b
+
+    multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
+    multi.attn_backends = [SimpleNamespace(**{fa3_in_place.MARK: True})]  # as the init hook marks a covered one
+    backends.record_reader(pool, SimpleNamespace(draft_attn_backend=multi))
+    assert backends.pool_decision(pool).copy and not backends.pool_decision(pool).in_place
     with support.observe() as (_probe, launches):
         duplicate.make_hook(Mode.ON)(SGLANG_FN, pool, rows, *args, TOPK, PAGE)
     assert "_duplicate_prefix_tail_kernel" not in launches and launches  # SGLang's own copy ran
