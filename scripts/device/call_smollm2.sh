@@ -142,8 +142,8 @@ if [ "$PART" = B ]; then
 fi
 
 # ---- PART C: the benchmark
-PKG_HEAD=sglang_eagle_paged/testbed/smollm2-draft
-if [ -f "$WORK/head/draft/model.safetensors" ]; then HEAD="$WORK/head/draft"; else HEAD="$PKG_HEAD"; fi
+source "$(dirname "${BASH_SOURCE[0]}")/smollm2_head.sh"
+HEAD=$(smollm2_head "$WORK")
 say "head: $HEAD"
 [ "$DRY" = 1 ] || [ -f "$HEAD/model.safetensors" ] || { say "no head: neither PART=B's ($WORK/head) nor the package's weights (carry them)"; exit 1; }
 [ "$DRY" = 1 ] || [ -f "$WORK/target/model.safetensors" ] || { say "no converted target in $WORK/target"; exit 1; }
@@ -172,7 +172,7 @@ elif grep -q "^serve-default rc=0" "$SD/stdout.log" 2>/dev/null; then
   say "serve-default finished in an earlier call: skipped"
 else
   # the package's head is serve-default's own default: name a path only for PART=B's
-  DRAFT_ARG=(); [ "$HEAD" = "$PKG_HEAD" ] || DRAFT_ARG=(--speculative-draft-model-path "$HEAD")
+  DRAFT_ARG=(); [ "$HEAD" = "$SMOLLM2_PKG_HEAD" ] || DRAFT_ARG=(--speculative-draft-model-path "$HEAD")
   SGLANG_EAGLE_PAGED_SMOLLM2_DIR="$WORK/target" \
     run timeout "$SD_S" python3 -m sglang_eagle_paged.tools.cli serve-default --model smollm2 \
     "${DRAFT_ARG[@]}" --port 31000 --num-questions "${SD_QUESTIONS:-16}" \

@@ -99,8 +99,7 @@ case "${MODEL:-testbed}" in
   large)   MODEL=(--target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out "$R") ;;
   # the real pair of issue 37: the target call_smollm2.sh PART=B converted on this warm machine, the head
   # it trained there, else the package's; chat template applied
-  smollm2) W=${SMOLLM2_WORK:-/tmp/smollm2}; HEAD=sglang_eagle_paged/testbed/smollm2-draft
-           [ -f "$W/head/draft/model.safetensors" ] && HEAD=$W/head/draft
+  smollm2) source "$(dirname "${BASH_SOURCE[0]}")/smollm2_head.sh"; W=${SMOLLM2_WORK:-/tmp/smollm2}; HEAD=$(smollm2_head "$W")
            MODEL=(--target "$W/target" --draft "$HEAD" --tokenizer "$W/target" --out "$R") ;;
   *) echo "MODEL=$MODEL: want testbed, large or smollm2" >&2; exit 2 ;;
 esac
