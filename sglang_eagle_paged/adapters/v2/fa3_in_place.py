@@ -113,7 +113,7 @@ def not_covered(backend) -> str | None:
     # per_token_view read FA3's pages one slot at a time. Other pools lay slots out otherwise.
     pool_problem = pools.layout_reason(getattr(backend, "token_to_kv_pool", None))
     if pool_problem is not None:
-        return f"the draft KV pool ({pool_problem}) is not covered by the proof"
+        return f"the draft KV pool is not covered by the proof: {pool_problem}"
     checks = (
         ("use_mla", True, "MLA"),
         ("has_swa", True, "sliding-window attention"),

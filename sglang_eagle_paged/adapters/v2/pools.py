@@ -39,7 +39,7 @@ def layout_reason(pool) -> str | None:
     copy and FA3's in-place reads (``fa3_in_place``) rest on."""
     cls = type(pool)
     if cls is not kv_copy.mha_pool_class():
-        return f"{cls.__name__} is not the plain MHATokenToKVPool (its own move_kv_cache)"
+        return f"{cls.__name__} is not the plain MHATokenToKVPool"
     if getattr(pool, "use_hnd", False):
         return "HND layout (SGLANG_USE_HND_KVCACHE)"
     layout = getattr(pool, "kv_cache_layout", "nhd")
