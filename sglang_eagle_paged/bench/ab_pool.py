@@ -135,6 +135,7 @@ class UntilResolved:
         return {"half_width": self.half_width, "prior_rounds": len(earlier), "rounds": len(pooled),
                 "ratio": s["ratio"], "low": s["low"], "high": s["high"]}
 
+
 def _mean_interval(xs: list) -> dict:
     mean = statistics.fmean(xs)
     if len(xs) < 2:
