@@ -244,52 +244,47 @@ def test_the_committed_run_26_pool_resolves_3pct_at_64_in_flight_as_its_readme_s
     assert (round(units["low"], 3), round(units["high"], 3)) == (0.777, 0.918)
 
 
-def test_the_committed_run_27_pool_gives_the_numbers_its_readme_states():
-    results = ROOT / "bench" / "results"
-    p16 = [results / p / "on_p64__off_p64/ab.json" for p in (
-        "2026-12-02-h200-run23/ab-smollm2", "2026-12-03-h200-run24/ab-smollm2-p16",
+_P16 = ("2026-12-02-h200-run23/ab-smollm2", "2026-12-03-h200-run24/ab-smollm2-p16",
         "2026-12-03-h200-run25/ab-smollm2-p16c", "2026-12-03-h200-run27/ab-smollm2-p16d",
-        "2026-12-03-h200-run27/ab-smollm2-p16e")]
-    pages = [results / p / "on_p1__on_p64/ab.json" for p in (
-        "2026-12-03-h200-run26/ab-smollm2-p1q64", "2026-12-03-h200-run27/ab-smollm2-p1q64b")]
-    if not all(p.exists() for p in p16 + pages):
+        "2026-12-03-h200-run27/ab-smollm2-p16e")
+_P1Q64 = ("2026-12-03-h200-run26/ab-smollm2-p1q64", "2026-12-03-h200-run27/ab-smollm2-p1q64b")
+
+
+def _smollm2_16_and_pages(p16, pages):
+    """Pooled rows of ours against SGLang's own at 16 in flight and page 1 against 64 at 64."""
+    results = ROOT / "bench" / "results"
+    paths = ([results / p / "on_p64__off_p64/ab.json" for p in p16]
+             + [results / p / "on_p1__on_p64/ab.json" for p in pages])
+    if not all(p.exists() for p in paths):
         pytest.skip("results moved out of the tree (a device carry)")
-    rows = {(r["A"], r["B"], r["in_flight"]): r for r in mod.pool(mod.pair_rounds(p16 + pages))}
+    rows = {(r["A"], r["B"], r["in_flight"]): r for r in mod.pool(mod.pair_rounds(paths))}
     ours, pg = rows[("on_p64", "off_p64", 16)], rows[("on_p1", "on_p64", 64)]
     got = {k: (len(r["recordings"]), r["rounds_pooled"]["rounds"], round(r["rounds_pooled"]["ratio"], 3),
                round(r["rounds_pooled"]["low"], 3), round(r["rounds_pooled"]["high"], 3), r["rounds_for_3pct"])
            for k, r in (("ours", ours), ("pages", pg))}
+    widest = {k: max(r["rounds_pooled"]["ratio"] / r["rounds_pooled"]["low"],
+                     r["rounds_pooled"]["high"] / r["rounds_pooled"]["ratio"])
+              for k, r in (("ours", ours), ("pages", pg))}
+    return got, widest, ours
+
+
+def test_the_committed_run_27_pool_gives_the_numbers_its_readme_states():
+    got, widest, ours = _smollm2_16_and_pages(_P16, _P1Q64)
     assert got == {"ours": (5, 164, 0.922, 0.893, 0.952, 189), "pages": (2, 50, 0.972, 0.940, 1.005, 64)}
     # neither is +-3% yet, as the README says: each interval reaches past 3% of its ratio
-    for r in (ours, pg):
-        s = r["rounds_pooled"]
-        assert max(s["ratio"] / s["low"], s["high"] / s["ratio"]) > 1.03
+    assert all(w > 1.03 for w in widest.values())
     units = ours["recordings_as_units"]
     assert (round(units["low"], 3), round(units["high"], 3)) == (0.883, 0.976)
 
 
 def test_the_committed_run_28_pool_resolves_3pct_for_both_pairs_as_its_readme_states():
-    results = ROOT / "bench" / "results"
-    p16 = [results / p / "on_p64__off_p64/ab.json" for p in (
-        "2026-12-02-h200-run23/ab-smollm2", "2026-12-03-h200-run24/ab-smollm2-p16",
-        "2026-12-03-h200-run25/ab-smollm2-p16c", "2026-12-03-h200-run27/ab-smollm2-p16d",
-        "2026-12-03-h200-run27/ab-smollm2-p16e", "2026-12-03-h200-run28/ab-smollm2-p16f")]
-    pages = [results / p / "on_p1__on_p64/ab.json" for p in (
-        "2026-12-03-h200-run26/ab-smollm2-p1q64", "2026-12-03-h200-run27/ab-smollm2-p1q64b",
-        "2026-12-03-h200-run28/ab-smollm2-p1q64c")]
-    if not all(p.exists() for p in p16 + pages):
-        pytest.skip("results moved out of the tree (a device carry)")
-    rows = {(r["A"], r["B"], r["in_flight"]): r for r in mod.pool(mod.pair_rounds(p16 + pages))}
-    ours, pg = rows[("on_p64", "off_p64", 16)], rows[("on_p1", "on_p64", 64)]
-    got = {k: (len(r["recordings"]), r["rounds_pooled"]["rounds"], round(r["rounds_pooled"]["ratio"], 3),
-               round(r["rounds_pooled"]["low"], 3), round(r["rounds_pooled"]["high"], 3))
-           for k, r in (("ours", ours), ("pages", pg))}
-    assert got == {"ours": (6, 182, 0.923, 0.896, 0.951), "pages": (3, 58, 0.973, 0.945, 1.002)}
+    got, widest, ours = _smollm2_16_and_pages(_P16 + ("2026-12-03-h200-run28/ab-smollm2-p16f",),
+                                              _P1Q64 + ("2026-12-03-h200-run28/ab-smollm2-p1q64c",))
+    assert got == {"ours": (6, 182, 0.923, 0.896, 0.951, 181), "pages": (3, 58, 0.973, 0.945, 1.002, 58)}
     # both are +-3% now, as the README says: each interval lies within 3% of its ratio on both sides
-    for r in (ours, pg):
-        s = r["rounds_pooled"]
-        assert max(s["ratio"] / s["low"], s["high"] / s["ratio"]) <= 1.03
-        assert r["rounds_for_3pct"] <= s["rounds"]
+    assert all(w <= 1.03 for w in widest.values())
+    units = ours["recordings_as_units"]
+    assert (round(units["low"], 3), round(units["high"], 3)) == (0.894, 0.964)
 
 
 def test_earlier_rounds_load_alike_from_recordings_and_from_pooled_output(tmp_path):
