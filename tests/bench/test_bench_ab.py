@@ -187,8 +187,15 @@ def test_with_nvidia_smi_every_pass_keeps_the_gpus_load_over_it(monkeypatch, tmp
     monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
     real = ab.run_benchmark
 
-    def bench(base_url, qs, **kw):  # passes long enough for a few 100 ms samples
-        time.sleep(0.35)
+    csv = tmp_path / "ab" / "logs" / "gpu0_samples.csv"
+
+    def lines():
+        return csv.read_text().count("\n") if csv.exists() else 0
+
+    def bench(base_url, qs, **kw):  # each pass lasts until the stand-in wrote samples inside it
+        seen, deadline = lines(), time.monotonic() + 30  # a loaded machine starts the stand-in late
+        while lines() < seen + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         return real(base_url, qs, **kw)
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
