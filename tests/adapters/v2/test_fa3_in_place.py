@@ -567,14 +567,13 @@ def _hooked_draft_backend(case, max_bs, in_place):
         be = _graph_backend(case, step, max_bs)
         if in_place:
             after_backend_init(None, be)
-            build = be.init_forward_metadata_out_graph
+            for name in ("init_forward_metadata", "init_forward_metadata_out_graph"):
+                def hooked(forward_batch, *args, _be=be, _build=getattr(be, name), **kwargs):
+                    result = _build(forward_batch, *args, **kwargs)
+                    after_metadata(result, _be, forward_batch, *args, **kwargs)
+                    return result
 
-            def hooked(forward_batch, in_capture=False, _be=be, _build=build):
-                result = _build(forward_batch, in_capture=in_capture)
-                after_metadata(result, _be, forward_batch, in_capture=in_capture)
-                return result
-
-            be.init_forward_metadata_out_graph = hooked
+                setattr(be, name, hooked)
         multi.attn_backends.append(be)
     return multi
 
@@ -638,7 +637,7 @@ def _served_batch(case, prep, requests):
                                   hidden_states=None, draft_probs=None, dsa_topk_indices=None,
                                   num_tokens_per_req=case.topk),
         rids_int=None, bootstrap_room_ids_int=None, mrope_positions=None, sampling_info=None,
-        global_num_tokens_cpu=None)
+        global_num_tokens_cpu=None, kv_loc_plan=None)
 
 
 def _server_context(case):
@@ -659,16 +658,19 @@ def _server_context(case):
     return use_context(create_context(args, role="test"))
 
 
-# Batches in serving order: each padded to a captured size of (1, 2, 4) unless it is one; the
-# overlap scheduler's next batch drops a request, then one comes back, then the full batch.
-SERVED = [[0, 1, 2], [0, 2], [1], [3, 0, 2], [0, 1, 2, 3], [2, 3, 1]]
+# Batches in serving order: each padded to a captured size of (1, 2) unless it is one, or run
+# eagerly when it is larger than the largest (as the draft worker does when the runner cannot run
+# it); the overlap scheduler's next batch drops a request, then requests come back.
+SERVED = [[0, 1, 2], [0, 2], [4], [3, 0, 2], [0, 1, 2, 3, 4], [2, 3, 1, 4], [4, 1, 0], [3, 1]]
+CAPTURED = [1, 2, 4]
 
 
-@pytest.mark.parametrize("params", [(5201, 4, 3, 16, 4, "random"), (5202, 4, 2, 64, 3, "tail"),
-                                    (5203, 4, 4, 4, 5, "aligned")], ids=_case_id)
+@pytest.mark.parametrize("params", [(5201, 5, 3, 16, 4, "random"), (5202, 5, 2, 64, 3, "tail"),
+                                    (5203, 5, 4, 4, 5, "aligned")], ids=_case_id)
 def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_batches(params, monkeypatch):
     """Through SGLang's own draft CUDA-graph runner, batch after batch as a server sends them (padded
-    to a captured size, requests finished and added between them): every real branch of ours reads
+    to a captured size, larger ones eagerly on the same backends, requests finished and added
+    between them): every real branch of ours reads
     exactly its prefix and its own draft slots and gets SGLang's attention over the copy, and the
     padding rows read slots inside the pool. On today's 0.5.17 this raised (a graph padded past the
     batch's ``out_cache_loc``), which switched the path off in the first serving passes."""
@@ -678,13 +680,20 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     k_holes, v_holes = k_copied.clone(), v_copied.clone()
     k_holes[prep.tgt] = float("nan")
     v_holes[prep.tgt] = float("nan")
-    multi = _hooked_draft_backend(case, 4, in_place=True)
-    runner, replayed = _draft_graph_runner(case, multi, [1, 2, 4])
+    multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True)
+    runner, replayed = _draft_graph_runner(case, multi, CAPTURED)
     g = torch.Generator().manual_seed(params[0])
+    seen = set()  # padding rows per batch: the shapes below must include padded ones
     for requests in SERVED:
-        with _server_context(case):
-            runner.execute(_served_batch(case, prep, requests))
-        padded = replayed[-1]
+        batch = _served_batch(case, prep, requests)
+        if len(requests) > max(CAPTURED):
+            multi.init_forward_metadata(batch)  # eager: the same step backends, SGLang's eager builder
+            padded = len(requests)
+        else:
+            with _server_context(case):
+                runner.execute(batch)
+            padded = replayed[-1]
+        seen.add(padded - len(requests))
         assert padded >= len(requests) and not fa3_in_place.SWITCH, fa3_in_place.SWITCH.reason
         real = [r * case.topk + t for r in requests for t in range(case.topk)]
         for step, be in enumerate(multi.attn_backends):
@@ -703,6 +712,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
                 assert torch.equal(reads[z], want), f"{requests} step {step} branch {z}"
             for z in range(len(real), padded * case.topk):  # padding: inside the pool, never a fault
                 assert reads[z].numel() == 0 or int(reads[z].max()) < case.pool.size + case.page
+    assert seen >= {0, 1}, seen  # padded (size 3 to 4) and unpadded graph batches, and eager ones
 
 
 def test_an_idle_draft_batch_passes_through(monkeypatch):
