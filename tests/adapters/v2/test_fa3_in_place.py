@@ -557,10 +557,17 @@ def test_the_plugin_installs_the_hooks_only_with_the_setting():
 # metadata the runner's ``execute`` left in the step backends, as the graph reads it.
 
 
-def _hooked_draft_backend(case, max_bs, in_place):
+def _hooked_draft_backend(case, max_bs, in_place, fused=False):
     """SGLang's ``FlashAttentionMultiStepBackend`` of CUDA-graph step backends for ``max_bs``
-    requests, each builder followed by our AFTER hook as SGLang's HookRegistry runs it."""
+    requests, each builder followed by our AFTER hook as SGLang's HookRegistry runs it; ``fused``:
+    with the fused FA3 replay metadata's AROUND hook on the multi-step builder too."""
     multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
+    if fused:
+        from sglang_eagle_paged.adapters.v2.fa3_replay import fused_out_graph_hook
+
+        build = fa3b.FlashAttentionMultiStepBackend.init_forward_metadata_out_graph
+        multi.init_forward_metadata_out_graph = lambda fb, in_capture=False: fused_out_graph_hook(
+            build, multi, fb, in_capture=in_capture)
     multi.attn_backends = []
     multi.speculative_num_steps, multi.topk = case.steps, case.topk
     for step in range(case.steps - 1):
@@ -665,22 +672,25 @@ SERVED = [[0, 1, 2], [0, 2], [4], [3, 0, 2], [0, 1, 2, 3, 4], [2, 3, 1, 4], [4, 
 CAPTURED = [1, 2, 4]
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["sglangs-builders", "fused-asked"])
 @pytest.mark.parametrize("params", [(5201, 5, 3, 16, 4, "random"), (5202, 5, 2, 64, 3, "tail"),
                                     (5203, 5, 4, 4, 5, "aligned")], ids=_case_id)
-def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_batches(params, monkeypatch):
+def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_batches(params, fused, monkeypatch):
     """Through SGLang's own draft CUDA-graph runner, batch after batch as a server sends them (padded
     to a captured size, larger ones eagerly on the same backends, requests finished and added
     between them): every real branch of ours reads
     exactly its prefix and its own draft slots and gets SGLang's attention over the copy, and the
     padding rows read slots inside the pool. On today's 0.5.17 this raised (a graph padded past the
-    batch's ``out_cache_loc``), which switched the path off in the first serving passes."""
+    batch's ``out_cache_loc``), which switched the path off in the first serving passes. With the
+    fused replay metadata asked for too, the fused writer (SGLang's split form) leaves an in-place
+    draft backend to SGLang's builders and our rewrite: else the graph would read the holes."""
     monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
     case, prep = _bf16_case(params, monkeypatch)
     k_copied, v_copied = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
     k_holes, v_holes = k_copied.clone(), v_copied.clone()
     k_holes[prep.tgt] = float("nan")
     v_holes[prep.tgt] = float("nan")
-    multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True)
+    multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True, fused=fused)
     runner, replayed = _draft_graph_runner(case, multi, CAPTURED)
     g = torch.Generator().manual_seed(params[0])
     seen = set()  # padding rows per batch: the shapes below must include padded ones
