@@ -7,9 +7,9 @@ User settings:
 - ``SGLANG_EAGLE_PAGED_CHECK_PREFIX``: the debug check that a step leaves every prefix's KV as it was.
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
-``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on v1; ``off`` on v2, opt-in until a GPU run
-has measured it there: :func:`Settings.fa3_expand_for`), ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off
-by default until the GPU has proven it), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
+``releases.FA3_FUSED_V2_PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
+``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
@@ -62,9 +62,10 @@ class FA3Expand(str, Enum):
     OFF = "off"        # SGLang's own builders
 
 
-# SGLANG_EAGLE_PAGED_FA3_EXPAND unset: v1's replacements are measured on a GPU (docs/performance.md);
-# v2's are proven on the CPU against SGLang's own builders but not yet measured, so opt-in there.
-FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.OFF}
+# SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the fused replay metadata on both generations, each measured on
+# a GPU against SGLang's own builders (docs/performance.md). On v2 releases outside
+# releases.FA3_FUSED_V2_PROVEN the unset default keeps SGLang's builders (adapters/v2/fa3_replay.chosen).
+FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.FUSED}
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class Settings:
     allow_triton: bool = False
     check_prefix: bool = False
     fa3_expand: FA3Expand | None = None  # None: unset, the generation's default (fa3_expand_for)
-    fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (CPU-proven, GPU pending)
+    fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (opt-in: docs/configuration.md)
     verify_free: bool = True
     direct_launch: bool = True
     gc_stats_dir: str | None = None

@@ -15,7 +15,7 @@ def test_defaults():
 def test_fa3_expand_defaults_to_fused_on_v1_and_off_on_v2_unless_set():
     s = parse({})
     assert (s.fa3_expand_for("v1"), s.fa3_expand_for("v2"), s.fa3_expand_explicit) == (
-        FA3Expand.FUSED, FA3Expand.OFF, False)
+        FA3Expand.FUSED, FA3Expand.FUSED, False)
     for raw, want in (("fused", FA3Expand.FUSED), ("expand", FA3Expand.EXPAND), ("off", FA3Expand.OFF)):
         s = parse({settings.FA3_EXPAND: raw})
         assert s.fa3_expand_for("v1") is want and s.fa3_expand_for("v2") is want and s.fa3_expand_explicit
