@@ -17,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import mtbench, parity
+from sglang_eagle_paged.bench import mtbench
+
+from . import parity
 from .e2e import load_recording, measured
 
 

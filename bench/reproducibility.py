@@ -12,7 +12,7 @@ reproduce its own outputs across runs cannot be expected to reproduce another's.
 import argparse
 from itertools import combinations
 
-from sglang_eagle_paged.bench.e2e import agreement, load_recording
+from .e2e import agreement, load_recording
 
 
 def rows(records: list) -> list:

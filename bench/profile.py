@@ -40,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .report import fmt, table
+from sglang_eagle_paged.bench.report import fmt, table
 
 TRACE_GLOB = "*.trace.json*"
 KERNEL_CATS = frozenset({"kernel"})

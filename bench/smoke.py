@@ -13,8 +13,8 @@ import time
 
 import requests
 
-from .e2e import RunConfig, launch, server_args
-from .server import ServerStartError, find_free_port
+from sglang_eagle_paged.bench.configs import RunConfig, launch, server_args
+from sglang_eagle_paged.bench.server import ServerStartError, find_free_port
 
 
 def main(argv=None) -> int:

@@ -24,10 +24,13 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from . import kv_sizing, v2_sets
-from .ab import add_until_args
-from .e2e import add_workload_args, run_configs
-from .mtbench import in_flight_note
+from sglang_eagle_paged.bench import ab as ab_mod, kv_sizing
+from sglang_eagle_paged.bench.ab import add_until_args
+from sglang_eagle_paged.bench.configs import add_workload_args
+from sglang_eagle_paged.bench.mtbench import in_flight_note
+
+from . import ab_probes, v2_sets
+from .e2e import run_configs
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -97,8 +100,6 @@ def sweep(a) -> int:
 
 
 def ab(a) -> int:
-    from . import ab as ab_mod
-
     out = Path(a.out)
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
@@ -112,8 +113,9 @@ def ab(a) -> int:
             continue
         if until is not None:
             earlier = until.earlier(pa.name, pb.name, a.max_new, a.parallel, a.questions)
-            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {len(earlier)} "
-                  f"earlier ones at parallel {a.parallel} resolve +-{a.until_pct:g}% (95%)")
+            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {sum(map(len, earlier))} "
+                  f"earlier ones of {len(earlier)} server pairs at parallel {a.parallel} resolve "
+                  f"+-{a.until_pct:g}% (95%, over server pairs)")
         # both sides get the pool of the larger need (bench.ab refuses unequal pools)
         pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
@@ -129,7 +131,7 @@ def ab(a) -> int:
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
                                        max_total_tokens=pool, mem_fraction=a.mem_fraction,
                                        question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes,
-                                       tokenizer=a.tokenizer, until=until)
+                                       tokenizer=a.tokenizer, until=until, probes=ab_probes.probes)
         except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
             saved = where / "ab.json"
             if saved.exists():

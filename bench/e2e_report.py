@@ -9,7 +9,8 @@ algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 import argparse
 
 from sglang_eagle_paged.bench import triton_cache
-from sglang_eagle_paged.bench.e2e import load_recording, run_agreement
+
+from .e2e import load_recording, run_agreement
 
 
 def _key(cfg, **over):

@@ -34,7 +34,7 @@ from typing import Iterable, Sequence
 
 from .profile import GPU_MEM_CATS, KERNEL_CATS, RUNTIME_CATS, STEP_FUNCTION, _is_sync, _num, _self_times, \
     load_trace, short_name
-from .report import fmt, table
+from sglang_eagle_paged.bench.report import fmt, table
 
 GROUPS = ("attention", "gemm", "ours", "sglang_triton", "copy_memset", "other")
 TOP = 25
