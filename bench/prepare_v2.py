@@ -1,6 +1,6 @@
 """The v2 draft preparation's prefix-tail duplication on the GPU: SGLang's function against ours.
 
-  python -m sglang_eagle_paged.bench.prepare_v2 --out DIR [--batches 1,8,64,256] [--pages 16,64,128]
+  python -m bench.prepare_v2 --out DIR [--batches 1,8,64,256] [--pages 16,64,128]
 
 For each page size and batch: rows laid out as SGLang's paged allocator leaves them after churn
 (whole pages from a shuffled free list, each request's prefix then its decode reservation), random

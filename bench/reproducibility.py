@@ -1,6 +1,6 @@
 """How well each configuration reproduces itself across end-to-end recordings.
 
-  python -m sglang_eagle_paged.bench.reproducibility run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
+  python -m bench.reproducibility run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
 
 For every configuration measured in all the recordings: its acceptance in each,
 and how many outputs of each pair of recordings are identical (same prompts,

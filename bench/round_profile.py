@@ -15,8 +15,8 @@ frames by self time; what the scheduler was doing when the GPU went idle; and th
 phase of the round (SGLang's ``draft`` and ``draft_extend`` ranges, the probe's verify mark) with the
 outermost events inside it: where a phase is longer in one trace than in another, and on what.
 
-    python -m sglang_eagle_paged.bench.round_profile summarize TRACE [--rounds N] [--out JSON] [--md MD]
-    python -m sglang_eagle_paged.bench.round_profile compare A.json B.json ... [--md MD]
+    python -m bench.round_profile summarize TRACE [--rounds N] [--out JSON] [--md MD]
+    python -m bench.round_profile compare A.json B.json ... [--md MD]
 """
 
 from __future__ import annotations
@@ -367,7 +367,7 @@ def compare_markdown(summaries: Sequence[dict], names: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sglang_eagle_paged.bench.round_profile", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.round_profile", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarize", help="one trace (.json or .json.gz)")

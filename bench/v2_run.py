@@ -1,8 +1,8 @@
 """Runner of the v2-worker GPU run (issue 30): the sweep of :mod:`.v2_sets` and its A/B pairs.
 
-  python -m sglang_eagle_paged.bench.v2_run sweep --set correct --target T --draft D --out DIR \\
+  python -m bench.v2_run sweep --set correct --target T --draft D --out DIR \\
       [--only a,b] [--probe-dir scripts/device/probes]
-  python -m sglang_eagle_paged.bench.v2_run ab --pairs on_p64:off_p64 --target T --draft D --out DIR
+  python -m bench.v2_run ab --pairs on_p64:off_p64 --target T --draft D --out DIR
 
 ``sweep`` measures each configuration once (:func:`.e2e.run_configs`: outputs with top-2 margins,
 acceptance, Triton variants compiled after warm-up, each server with a fresh ``TRITON_CACHE_DIR``);
@@ -14,7 +14,7 @@ a pair measured to the end by an earlier call is skipped and a cut-short one run
 
 ``profile`` (:mod:`.v2_profile`) profiles each configuration under a steady load through SGLang's
 ``/start_profile`` and reduces every trace per verify round on the machine (:mod:`.round_profile`):
-  python -m sglang_eagle_paged.bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
+  python -m bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
 """
 
 import argparse

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sglang_eagle_paged.bench import cpu_pinning
+from bench import cpu_pinning
 from sglang_eagle_paged.bench.server import ServerProcess
 
 

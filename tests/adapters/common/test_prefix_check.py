@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from sglang_eagle_paged.adapters.common import prefix_check as pc  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
-from sglang_eagle_paged.bench.stress import scan_log  # noqa: E402
+from bench.stress import scan_log  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode  # noqa: E402
