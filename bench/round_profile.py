@@ -60,7 +60,7 @@ PHASES = ("draft", VERIFY_MARK, "draft_extend")
 def our_kernel_names(kernels_dir: str | Path | None = None) -> frozenset:
     """The names of the plugin's Triton kernels (``@triton.jit`` functions of ``kernels/``), read
     from the source so that summarising needs no Triton."""
-    d = Path(kernels_dir) if kernels_dir else Path(__file__).resolve().parents[1] / "kernels"
+    d = Path(kernels_dir) if kernels_dir else Path(__file__).resolve().parents[1] / "sglang_eagle_paged" / "kernels"
     return frozenset(f.name for p in sorted(d.glob("*.py")) for f in ast.walk(ast.parse(p.read_text()))
                      if isinstance(f, ast.FunctionDef) and any(_is_triton_jit(x) for x in f.decorator_list))
 

@@ -190,7 +190,7 @@ def warmup_mixes(warmup_questions: list[dict], parallel: int) -> list[tuple[list
 
 
 def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeout: float, shared_gpu: bool,
-           launcher: Callable | None = None, triton_seeds: Sequence[str] = (), cpus: Sequence[int] | None = None):
+           launcher: Callable | None = None, triton_seeds: Sequence[str] = ()):
     """The (not yet started) server of ``cfg`` with ``args``, its record, and its Triton cache dir
     (seeded from ``triton_seeds``, Triton cache dirs of earlier servers: :mod:`.triton_cache`)."""
     if shared_gpu:
@@ -207,10 +207,8 @@ def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeo
         # SGLang refuses triton for topk > 1 with page > 1; the plugin allows it on request.
         env["SGLANG_EAGLE_PAGED_ALLOW_TRITON"] = "1"
     log_path = f"{log_dir}/{cfg.name}.log"
-    pinned = {"cpus": list(cpus)} if cpus else {}
-    server = (launcher or ServerProcess)(args, port=port, env=env, log_path=log_path, startup_timeout=startup_timeout,
-                                         **pinned)
-    record = {"config": asdict(cfg), "server_args": args, "log": log_path, **pinned}
+    server = (launcher or ServerProcess)(args, port=port, env=env, log_path=log_path, startup_timeout=startup_timeout)
+    record = {"config": asdict(cfg), "server_args": args, "log": log_path}
     if triton_seeds:
         record["triton_variants_seeded"] = seeded
     return server, record, cache_dir

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from bench import e2e
-from sglang_eagle_paged.bench import configs, kv_sizing, triton_cache
+from sglang_eagle_paged.bench import configs as bench_configs, kv_sizing, triton_cache
 from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 
 # A tokenizer with a chat template (Llama-3's layout) that ships with the package.
-TEMPLATED_TOKENIZER = Path(configs.__file__).resolve().parents[1] / "testbed" / "target"
+TEMPLATED_TOKENIZER = Path(bench_configs.__file__).resolve().parents[1] / "testbed" / "target"
 
 
 class FakeServer:
@@ -62,7 +62,7 @@ def fake_servers(monkeypatch, fake_server):  # noqa: F811
     """e2e launches FakeServers against the fake SGLang; no stagger sleeps."""
     url, _ = fake_server
     FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
     monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
     return FakeServer
 
@@ -70,9 +70,9 @@ def fake_servers(monkeypatch, fake_server):  # noqa: F811
 def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
     url, _ = fake_server
     FakeServer.started = []
-    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    configs = [configs.RunConfig("nospec_p1", algorithm=None), configs.RunConfig("on_p64", page_size=64, mode="on"),
-               configs.RunConfig("fake_p64", page_size=64, mode="fake")]
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    configs = [bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64, mode="on"),
+               bench_configs.RunConfig("fake_p64", page_size=64, mode="fake")]
     out = tmp_path / "e2e.json"
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"),
                           num_questions=2, question_file=str(questions), warmup=1, max_new_tokens=8)
@@ -104,8 +104,8 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
 
 def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeypatch, tmp_path, questions,
                                                                          fake_servers):
-    configs = [configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
-        configs.RunConfig("triton_on_p64", page_size=64, backend="triton")]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
+        bench_configs.RunConfig("triton_on_p64", page_size=64, backend="triton")]
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                           log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                           warmup=1, concurrency=3, parallel1_questions=1)
@@ -133,7 +133,7 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128)]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128)]
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                           log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                           warmup=0, concurrency=4, gpus=2)
@@ -151,9 +151,9 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
 
 def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, questions, fake_servers):
     """SGLang's built-in takes ~7x ours to measure (run 3): two of them must not share a GPU's queue."""
-    configs = [configs.RunConfig("on_p1"), configs.RunConfig("off_p64", mode="off", page_size=64),
-               configs.RunConfig("on_p64", page_size=64), configs.RunConfig("on_p128", page_size=128),
-               configs.RunConfig("off_p128", mode="off", page_size=128), configs.RunConfig("on_p16", page_size=16)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("off_p64", mode="off", page_size=64),
+               bench_configs.RunConfig("on_p64", page_size=64), bench_configs.RunConfig("on_p128", page_size=128),
+               bench_configs.RunConfig("off_p128", mode="off", page_size=128), bench_configs.RunConfig("on_p16", page_size=16)]
     e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                     log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                     warmup=0, concurrency=6, gpus=2)
@@ -178,8 +178,8 @@ def test_builtin_servers_are_measured_after_all_of_ours_on_every_gpu(monkeypatch
         return out
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [configs.RunConfig("on_p1"), configs.RunConfig("on_p16", page_size=16),
-               configs.RunConfig("off_p64", mode="off", page_size=64), configs.RunConfig("on_p64", page_size=64)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p16", page_size=16),
+               bench_configs.RunConfig("off_p64", mode="off", page_size=64), bench_configs.RunConfig("on_p64", page_size=64)]
     e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"),
                     num_questions=1, question_file=str(questions), warmup=0, concurrency=4, gpus=2)
     ours_end = max(end for name, (_, end) in spans.items() if name.startswith("on_"))
@@ -202,7 +202,7 @@ def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128, 256)]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128, 256)]
     out = tmp_path / "e.json"
     with pytest.raises(KeyboardInterrupt):
         e2e.run_configs(configs, target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"),
@@ -222,9 +222,9 @@ def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, qu
     from test_bench_mtbench import FakeSGLang
 
     FakeServer.started = []
-    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
     FakeSGLang.prompts = []
-    e2e.run_configs([configs.RunConfig("nospec_p1", algorithm=None)], target="T", draft="D",
+    e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None)], target="T", draft="D",
                     out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=3,
                     question_file=str(questions), warmup=2)
     warm = [p["text"] for p in FakeSGLang.prompts if "Briefly:" in p["text"]]
@@ -250,7 +250,7 @@ def _spy_benchmark(monkeypatch, completion_tokens):
 
 def test_every_configuration_records_token_margins(monkeypatch, tmp_path, questions, fake_servers):
     calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
-    res = e2e.run_configs([configs.RunConfig("nospec_p1", algorithm=None), configs.RunConfig("on_p64", page_size=64)],
+    res = e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64)],
                           target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
                           num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1)
     for name in ("nospec_p1", "on_p64"):  # speculative too: any run can be the reference
@@ -263,7 +263,7 @@ def test_every_configuration_records_token_margins(monkeypatch, tmp_path, questi
 def test_token_margins_that_do_not_cover_the_output_are_dropped_and_named(monkeypatch, tmp_path, questions,
                                                                           fake_servers):
     _spy_benchmark(monkeypatch, completion_tokens=lambda r: 3 if r["turn"] == 2 else 2)
-    res = e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
                           question_file=str(questions), warmup=0)
     rec = res["on_p64"]
@@ -304,8 +304,8 @@ def test_failed_start_is_recorded_not_raised(monkeypatch, tmp_path, questions):
             raise e2e.ServerStartError("server exited with code 1", "log tail here")
 
     FakeServer.events = []
-    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: Exits(args, base_url="http://x", **kw))
-    res = e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: Exits(args, base_url="http://x", **kw))
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path), num_questions=1,
                           question_file=str(questions), warmup=0)
     assert res["on_p64"]["error"].startswith("server exited with code 1") and res["on_p64"]["log_tail"] == "log tail here"
@@ -375,7 +375,7 @@ def test_no_worse_agreement_is_a_paired_sign_test(ours_off, theirs_off, ok):
 
 
 def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
-    sets = configs.testbed_sets("fa3")
+    sets = bench_configs.testbed_sets("fa3")
     core = [c.name for c in sets["core"]]
     assert core == ["nospec_p1", "on_p1", "on_p64", "fake_p64", "off_p64"]
     ext = {c.name: c for c in sets["extended"]}
@@ -388,7 +388,7 @@ def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     assert (ctl["on_p1_r2"].page_size, ctl["on_p1_r2"].topk) == (ctl["on_p1"].page_size, ctl["on_p1"].topk)
     assert ctl["nospec_p64"].algorithm is None and ctl["nospec_p64"].page_size == 64
     assert (ctl["on_p64_k1"].topk, ctl["on_p64_k1"].page_size) == (1, 64)
-    nospec = configs.server_args(ctl["nospec_p64"], "T", "D", 30000, 4096, 0.4, None)
+    nospec = bench_configs.server_args(ctl["nospec_p64"], "T", "D", 30000, 4096, 0.4, None)
     assert nospec[nospec.index("--page-size") + 1] == "64" and not any("speculative" in a for a in nospec)
     # greedy equality is asked for at page 1/16/64 x topk 1/4/8 on every backend
     for be in ("on", "triton_on", "fi_on"):
@@ -491,7 +491,7 @@ def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions)
     earlier = tmp_path / "earlier" / "h9"
     earlier.mkdir(parents=True)
     (earlier / "_fwd_rope.json").write_text("{}")
-    res = e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
                           question_file=str(questions), warmup=0, triton_seeds=[str(earlier.parent)])
     assert res["on_p64"]["triton_variants_seeded"] == 1
@@ -501,18 +501,18 @@ def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions)
 
 def test_warm_up_fills_every_slot_of_the_measured_parallelism():
     qs = [{"question_id": i, "turns": ["a", "b"]} for i in range(4)]
-    (first, par), (second, par2) = configs.warmup_mixes(qs, 16)
+    (first, par), (second, par2) = bench_configs.warmup_mixes(qs, 16)
     assert par == 16 and len(first) == 16 and {q["question_id"] for q in first} == {0, 1, 2, 3}
     assert par2 == 3 and second == qs[:1]
-    assert len(configs.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
-    assert configs.warmup_mixes([], 16) == []
+    assert len(bench_configs.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
+    assert bench_configs.warmup_mixes([], 16) == []
 
 
 def test_throughput_runs_leave_margins_to_the_reference(monkeypatch, tmp_path, questions, fake_servers):
     """margins=False (--no-margins, the device perf and 8B calls): no logprob cost on speculative
     servers; the non-speculative reference keeps its margins for the agreement report."""
     calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
-    res = e2e.run_configs([configs.RunConfig("nospec_p1", algorithm=None), configs.RunConfig("on_p64", page_size=64)],
+    res = e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64)],
                           target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
                           num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1,
                           margins=False)
@@ -542,15 +542,15 @@ def test_our_counted_kernels_are_our_kernels():
 
 
 def test_servers_log_at_warning_unless_the_call_asks_for_more(monkeypatch):
-    cfg = configs.testbed_sets("fa3")["core"][1]
+    cfg = bench_configs.testbed_sets("fa3")["core"][1]
 
     def level():
-        args = configs.server_args(cfg, "T", "D", 30000, 4096, 0.5)
+        args = bench_configs.server_args(cfg, "T", "D", 30000, 4096, 0.5)
         return args[args.index("--log-level") + 1]
 
-    monkeypatch.delenv(configs.LOG_LEVEL_ENV, raising=False)
+    monkeypatch.delenv(bench_configs.LOG_LEVEL_ENV, raising=False)
     assert level() == "warning"
-    monkeypatch.setenv(configs.LOG_LEVEL_ENV, "info")
+    monkeypatch.setenv(bench_configs.LOG_LEVEL_ENV, "info")
     assert level() == "info"
 
 
@@ -568,7 +568,7 @@ def test_tokenizer_option_applies_the_chat_template_to_every_request(monkeypatch
                   "--tokenizer", str(TEMPLATED_TOKENIZER)])
     assert seen["tokenizer"] == str(TEMPLATED_TOKENIZER)
 
-    res = e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=2,
                           question_file=str(questions), warmup=1, parallel1_questions=1, max_new_tokens=8,
                           tokenizer=str(TEMPLATED_TOKENIZER))
@@ -602,7 +602,7 @@ def test_a_tokenizer_without_chat_template_is_refused_before_any_server_starts(t
     cfg.pop("chat_template")
     (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="no chat template"):
-        e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+        e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                         out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
                         question_file=str(questions), warmup=0, tokenizer=str(plain))
     assert fake_servers.started == []
@@ -620,7 +620,7 @@ def test_a_configuration_interrupted_before_its_summary_is_measured_by_the_next_
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", interrupted)
-    configs = [configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64), configs.RunConfig("on_p128", page_size=128)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p64", page_size=64), bench_configs.RunConfig("on_p128", page_size=128)]
     out = tmp_path / "e.json"
     kw = dict(target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"), num_questions=1,
               question_file=str(questions), warmup=0)
@@ -655,7 +655,7 @@ def test_retractions_are_counted_in_the_measured_pass_only(monkeypatch, tmp_path
 
     monkeypatch.setattr(e2e, "run_benchmark", logging_benchmark)
     monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
-    res = e2e.run_configs([configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
                           question_file=str(questions), warmup=1, parallel1_questions=1)
     rec = res["on_p64"]
@@ -687,7 +687,7 @@ def test_main_sizes_the_pool_for_its_configurations(monkeypatch, tmp_path, quest
     with pytest.raises(SystemExit):
         e2e.main(argv + ["--max-total-tokens", "auto"])
     prompt = int(capsys.readouterr().out.split("longest prompt ")[1].split()[0])
-    cfgs = [c for c in configs.testbed_sets("fa3")["core"] if c.name in ("on_p1", "on_p64")]
+    cfgs = [c for c in bench_configs.testbed_sets("fa3")["core"] if c.name in ("on_p1", "on_p64")]
     assert seen["names"] == ["on_p1", "on_p64"] and [c.page_size for c in cfgs] == [1, 64]
     assert seen["max_total_tokens"] == kv_sizing.pool_tokens(cfgs, 8, prompt, 32) >= 8 * 2048
     with pytest.raises(SystemExit):  # a number stays that number
