@@ -71,6 +71,8 @@ def load_prior(paths: list) -> dict:
                 out.setdefault(key, []).extend(list(ratios) for _, ratios in recs)
             continue
         for row in data["pooled"] if isinstance(data, dict) else data:
+            if "rounds" not in row:  # written before the pooling went over server pairs
+                raise SystemExit(f"{path}: pooled rows without each recording's rounds; pass the ab.json files")
             key = (row["A"], row["B"], row.get("tokens"), row["parallel"], row.get("in_flight", row["parallel"]))
             out.setdefault(key, []).extend(row["rounds"])
     return out

@@ -569,11 +569,11 @@ def test_sitecustomize_arms_the_probe_only_when_asked_and_chains_the_next_one(tm
 def test_call_ab_stops_a_pair_once_pooled_with_the_carried_recordings_it_resolves(tmp_path):
     prior = tmp_path / "pooled.json"
     prior.write_text(json.dumps([{"A": "on_p1", "B": "on_p64", "tokens": 256, "parallel": 16, "in_flight": 16,
-                                  "rounds_pooled": {"ratios": [0.9, 1.0, 1.1]}}]))
+                                  "rounds": [[0.9, 1.0, 1.1]]}]))
     done = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3", AB_PRIOR=str(prior))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "[v2 ab] on_p1:on_p64 stops once its rounds pooled with 3 earlier ones at parallel 16 resolve +-3% (95%)" \
-        in done.stdout, done.stdout
+    assert ("[v2 ab] on_p1:on_p64 stops once its rounds pooled with 3 earlier ones of 1 server pairs at parallel 16 "
+            "resolve +-3% (95%, over server pairs)") in done.stdout, done.stdout
     missing = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3",
                     AB_PRIOR=str(tmp_path / "gone.json"))
     assert missing.returncode != 0 and "gone.json: no such file" in missing.stdout + missing.stderr
