@@ -21,7 +21,7 @@ from sglang_eagle_paged.bench.configs import (RunConfig, _warmup_questions, add_
                                             configs_of, launch, server_args, warmup_mixes)
 from sglang_eagle_paged.bench.mtbench import load_questions, require_chat_template, run_benchmark
 from sglang_eagle_paged.bench.server import ServerStartError, stop_all
-from sglang_eagle_paged.bench.server_log import log_end, since as log_since
+from sglang_eagle_paged.bench.server_log import faults, log_end, since as log_since, text_since
 
 from . import parity
 
@@ -44,6 +44,12 @@ def _measure(server, cfg: RunConfig, record: dict, cache_dir: Path, *, questions
     log_start = log_end(record.get("log"))
     bench = run_benchmark(server.base_url, questions, parallel=parallel, top_logprobs=top, **bench_kw)
     record.update(log_since(record.get("log"), log_start, "the measured pass"))
+    # A server that logged one of the plugin's fault lines (start-up, warm-up or this pass) served on
+    # SGLang's path from then on: no report may print its figure as ours (measured() is then False).
+    fault_lines = faults(text_since(record.get("log"), 0) or "")
+    if fault_lines:
+        record.update(faults=fault_lines,
+                      error=f"refused: the server logged the plugin's fault line: {fault_lines[0]}"[:2000])
     record["summary"] = bench["summary"]
     record["server"] = bench["server"]
     record["metadata"] = bench["metadata"]

@@ -665,6 +665,35 @@ def test_retractions_are_counted_in_the_measured_pass_only(monkeypatch, tmp_path
     assert log.count("Retract requests") == 2 + 2 + 1  # two warm-up mixes, measured pass, parallel 1
 
 
+
+def test_a_server_that_logged_a_fault_line_is_refused_and_no_report_prints_its_figure(monkeypatch, tmp_path,
+                                                                                     questions, fake_servers):
+    """A fault line anywhere in the server's log up to the end of the measured pass (here its warm-up):
+    the plugin was off from then on, so the configuration is not measured and the record names the line."""
+    from bench import v2_report
+    from test_bench_ab import _fault_line
+
+    real, line = e2e.run_benchmark, _fault_line()
+
+    def logging_benchmark(url, qs, **kw):
+        out = real(url, qs, **kw)
+        if FakeServer.started[-1].name == "on_p64" and not kw.get("top_logprobs"):  # a warm-up mix
+            with open(FakeServer.started[-1].log_path, "a") as f:
+                f.write(line)
+        return out
+
+    monkeypatch.setattr(e2e, "run_benchmark", logging_benchmark)
+    monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
+    res = e2e.run_configs([bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p64", page_size=64)],
+                          target="T", draft="D", out_json=str(tmp_path / "e2e.json"), log_dir=str(tmp_path / "logs"),
+                          num_questions=1, question_file=str(questions), warmup=1)
+    bad, good = res["on_p64"], res["on_p1"]
+    assert bad["faults"][0] == line.strip() and bad["error"].startswith("refused: the server logged the plugin's "
+                                                                       "fault line: [2026-12-04 01:02:03 TP0]")
+    assert not e2e.measured(bad) and e2e.measured(good) and "faults" not in good
+    report = v2_report.report(tmp_path)
+    assert "refused: the server logged the plugin's fault line" in report
+
 def _with_log(init):
     def __init__(self, args, *, log_path, **kw):
         init(self, args, log_path=log_path, **kw)
