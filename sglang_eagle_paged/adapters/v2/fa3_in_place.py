@@ -69,14 +69,21 @@ def rewrite_draft_metadata(metadata, expand, seq_lens, cache_loc, decode_length:
     ``metadata``/``expand``: the first and expand pass's ``FlashAttentionMetadata`` as SGLang's
     builder left them for this draft step; ``seq_lens``: the requests' committed lengths (bs,);
     ``cache_loc``: ``out_cache_loc`` viewed ``(bs * topk, num_steps)`` (branch-major, as SGLang
-    views it); ``decode_length``: ``speculative_step_id + 1``. The expand page table must be at
+    views it). Either may hold fewer rows than a CUDA graph's padded metadata; ``decode_length``: ``speculative_step_id + 1``. The expand page table must be at
     least ``decode_length`` wide (SGLang's eager one is ``num_steps`` wide, its CUDA-graph one
     ``decode_length + 1``).
     """
-    n = expand.cache_seqlens_int32.shape[0]
-    metadata.cache_seqlens_int32.copy_(seq_lens)  # the whole prefix, partial last page included
+    # A CUDA graph replays at a captured batch size: its metadata has rows past the batch's.
+    # SGLang 0.5.17 pads ``seq_lens`` to that size but passes ``out_cache_loc`` as the batch's
+    # own (0.5.23 pads both), so the rows each tensor holds are counted apart.
+    bs, n = metadata.cache_seqlens_int32.shape[0], expand.cache_seqlens_int32.shape[0]
+    have, rows = min(bs, seq_lens.shape[0]), min(n, cache_loc.shape[0])
+    metadata.cache_seqlens_int32[:have].copy_(seq_lens[:have])  # the whole prefix, its partial last page too
     expand.cache_seqlens_int32.fill_(decode_length)  # the branch's own draft tokens only
-    expand.page_table[:n, :decode_length].copy_(cache_loc[:n, :decode_length])
+    expand.page_table[:rows, :decode_length].copy_(cache_loc[:rows, :decode_length])
+    # Padding rows (their output is dropped) read slot 0, the pool's padding slot, not whatever
+    # an earlier, larger batch left in the table.
+    expand.page_table[rows:n, :decode_length].zero_()
     setattr(expand.page_table, PER_TOKEN, True)
 
 

@@ -31,6 +31,7 @@ import logging
 from ...hooks import Hook, resolvable
 from ...settings import FA3Expand, Settings
 from ..common import fa3_metadata
+from . import fa3_in_place
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -108,10 +109,19 @@ def _wrote_fused(multi, forward_batch, bs) -> bool:
     return True
 
 
+def _reads_in_place(multi) -> bool:
+    """Whether fa3 in place marked a step backend of ``multi``: it rewrites each step's metadata
+    after SGLang's per-step builders (its AFTER hooks), and a graph captured with its per-token
+    view reads only that form, which the fused writer does not write; so such a draft backend
+    keeps SGLang's builders (whether or not in place has switched itself off since)."""
+    return any(getattr(b, fa3_in_place.MARK, False) for b in (getattr(multi, "attn_backends", None) or ()))
+
+
 def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND hook body for :data:`FUSED_TARGET`."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and not fa3_metadata.switched_off() and isinstance(bs, int):
+    if (not in_capture and not fa3_metadata.switched_off() and isinstance(bs, int)
+            and not _reads_in_place(multi)):
         try:
             if _wrote_fused(multi, forward_batch, bs):
                 return None

@@ -170,8 +170,10 @@ def _forward_batch(case, prep):
     )
 
 
-def _graph_backend(case, step_id):
-    """The backend after ``init_cuda_graph_state`` (as a CUDA-graph draft runner leaves it)."""
+def _graph_backend(case, step_id, max_bs=None):
+    """The backend after ``init_cuda_graph_state`` (as a CUDA-graph draft runner leaves it), its
+    buffers sized for ``max_bs`` requests (default: the case's batch)."""
+    max_bs = max_bs or case.bs
     be = _backend(case, step_id)
     be.is_draft_runner, be.is_encoder_decoder, be.skip_prefill, be.use_mla = True, False, False, False
     be.sliding_window_size, be._verify_mask = None, None
@@ -179,7 +181,7 @@ def _graph_backend(case, step_id):
     be._decode_uses_static_max_seqlen_k = False  # FA4 only
     be.needs_cpu_seq_lens = False
     be.speculative_num_draft_tokens = case.topk * case.steps + 1
-    be.init_cuda_graph_state(case.bs, case.bs * case.topk)
+    be.init_cuda_graph_state(max_bs, max_bs * case.topk)
     return be
 
 
@@ -542,3 +544,202 @@ def test_the_plugin_installs_the_hooks_only_with_the_setting():
         lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
         assert p.returncode == 0 and lines, p.stderr[-3000:]
         assert set(json.loads(lines[-1][len("RESULT "):])) & targets == want
+
+
+# --------------------------------------------------------------------------- serving's batches
+#
+# A server's draft batches differ from the metadata SGLang built for them: SGLang's CUDA-graph draft
+# runner pads a batch to the next captured size (``EAGLEDraftCudaGraphRunner.execute``), and with
+# overlap scheduling the next batch can lose or gain requests against the one before. The tests below
+# run the runner's own ``execute`` on CPU, an object of SGLang's class with the state its
+# ``__init__`` builds for these shapes; only the CUDA-graph launch itself (``_replay_graph``) cannot
+# run here: it is left out on the instance and the attention it would compute is taken from the
+# metadata the runner's ``execute`` left in the step backends, as the graph reads it.
+
+
+def _hooked_draft_backend(case, max_bs, in_place, fused=False):
+    """SGLang's ``FlashAttentionMultiStepBackend`` of CUDA-graph step backends for ``max_bs``
+    requests, each builder followed by our AFTER hook as SGLang's HookRegistry runs it; ``fused``:
+    with the fused FA3 replay metadata's AROUND hook on the multi-step builder too."""
+    multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
+    if fused:
+        from sglang_eagle_paged.adapters.v2.fa3_replay import fused_out_graph_hook
+
+        build = fa3b.FlashAttentionMultiStepBackend.init_forward_metadata_out_graph
+        multi.init_forward_metadata_out_graph = lambda fb, in_capture=False: fused_out_graph_hook(
+            build, multi, fb, in_capture=in_capture)
+    multi.attn_backends = []
+    multi.speculative_num_steps, multi.topk = case.steps, case.topk
+    for step in range(case.steps - 1):
+        be = _graph_backend(case, step, max_bs)
+        if in_place:
+            after_backend_init(None, be)
+            for name in ("init_forward_metadata", "init_forward_metadata_out_graph"):
+                def hooked(forward_batch, *args, _be=be, _build=getattr(be, name), **kwargs):
+                    result = _build(forward_batch, *args, **kwargs)
+                    after_metadata(result, _be, forward_batch, *args, **kwargs)
+                    return result
+
+                setattr(be, name, hooked)
+        multi.attn_backends.append(be)
+    return multi
+
+
+def _draft_graph_runner(case, multi, capture_bs):
+    """SGLang's ``EAGLEDraftCudaGraphRunner`` with the buffers and fields its ``__init__`` sets for
+    ``capture_bs`` (no rejection sampling, no DP attention, no KV canary), its graphs captured as
+    its ``capture`` does it for the metadata (``init_forward_metadata_out_graph`` in capture)."""
+    import dataclasses
+
+    from sglang.srt.speculative import eagle_draft_cuda_graph_runner as rmod
+
+    runner = object.__new__(rmod.EAGLEDraftCudaGraphRunner)
+    max_bs = max(capture_bs)
+    tokens = max_bs * case.topk
+    fill = multi.attn_backends[0].get_cuda_graph_seq_len_fill_value()
+    zeros = lambda *shape, dtype=torch.int64: torch.zeros(shape, dtype=dtype)  # noqa: E731
+    buffers = dict(
+        input_ids=zeros(tokens), req_pool_indices=zeros(max_bs), out_cache_loc=zeros(tokens * case.steps),
+        positions=zeros(tokens), mrope_positions=zeros(3, tokens), rids_int=None, bootstrap_room_ids_int=None,
+        seq_lens=torch.full((max_bs,), fill, dtype=torch.int64), seq_lens_cpu=torch.full((max_bs,), fill),
+        extend_seq_lens=torch.ones(max_bs, dtype=torch.int32), topk_p=zeros(max_bs, case.topk, dtype=torch.float32),
+        topk_index=zeros(max_bs, case.topk), draft_probs=None, hidden_states=None, global_num_tokens_gpu=None,
+        global_num_tokens_for_logprob_gpu=None, dsa_seed_topk=None, sampling_seed=None)
+    names = {f.name for f in dataclasses.fields(rmod.EagleDraftInputBuffers)}
+    runner.buffers = rmod.EagleDraftInputBuffers(**{k: v for k, v in buffers.items() if k in names})
+    vars(runner).update(
+        draft_attn_backend=multi, attn_backend=multi, capture_bs=sorted(capture_bs), max_bs=max_bs,
+        captured_req_width=case.topk, speculative_num_steps=case.steps, topk=case.topk, seq_len_fill_value=fill,
+        require_mlp_tp_gather=False, require_gathered_buffer=False, disable_padding=False,
+        deepep_adapter=rmod.DeepEPCudaGraphRunnerAdapter(), temperatures=torch.ones(max_bs, 1),
+        model_runner=SimpleNamespace(
+            server_args=SimpleNamespace(speculative_use_rejection_sampling=False), device_timer=None,
+            model_config=SimpleNamespace(vocab_size=32000, model_is_mrope=False)))
+    for bs in capture_bs:
+        n = bs * case.topk
+        multi.init_forward_metadata_out_graph(SimpleNamespace(
+            forward_mode=ForwardMode.DECODE, batch_size=bs, seq_lens=runner.buffers.seq_lens[:bs],
+            seq_lens_cpu=runner.buffers.seq_lens_cpu[:bs], seq_lens_sum=None,
+            req_pool_indices=runner.buffers.req_pool_indices[:bs], positions=runner.buffers.positions[:n],
+            out_cache_loc=runner.buffers.out_cache_loc[:n * case.steps], encoder_lens=None,
+            spec_info=SimpleNamespace(is_draft_input=lambda: True)), in_capture=True)
+    replayed = []
+    runner._replay_graph = lambda key, forward_batch: (  # the graph launch: CUDA only
+        replayed.append(forward_batch.batch_size) or tuple(torch.zeros(forward_batch.batch_size) for _ in range(4)))
+    return runner, replayed
+
+
+def _served_batch(case, prep, requests):
+    """The v2 worker's draft forward batch for ``requests`` (indices into the case's batch): their
+    lengths, rows and draft slots as ``prepare_for_draft`` assigned them."""
+    loc = prep.out_cache_loc.view(case.bs, case.topk * case.steps)[requests].reshape(-1)
+    idx = torch.tensor(requests)
+    return SimpleNamespace(
+        forward_mode=ForwardMode.DECODE, batch_size=len(requests), seq_lens=case.seq_lens[idx].clone(),
+        seq_lens_cpu=case.seq_lens[idx].clone(), seq_lens_sum=int(case.seq_lens[idx].sum()),
+        req_pool_indices=case.req_pool_indices[idx].clone(), out_cache_loc=loc.clone(),
+        positions=torch.zeros(len(requests) * case.topk, dtype=torch.int64), encoder_lens=None,
+        spec_info=SimpleNamespace(is_draft_input=lambda: True, topk_p=torch.zeros(len(requests), case.topk),
+                                  topk_index=torch.zeros(len(requests), case.topk, dtype=torch.int64),
+                                  hidden_states=None, draft_probs=None, dsa_topk_indices=None,
+                                  num_tokens_per_req=case.topk),
+        rids_int=None, bootstrap_room_ids_int=None, mrope_positions=None, sampling_info=None,
+        global_num_tokens_cpu=None, kv_loc_plan=None)
+
+
+def _server_context(case):
+    """The process's published server arguments where the release reads them through a context
+    (0.5.23's ``get_spec``); 0.5.17's runner reads its own ``model_runner.server_args``."""
+    import contextlib
+
+    try:
+        from sglang.srt.runtime_context import create_context, use_context
+    except ImportError:
+        return contextlib.nullcontext()
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path="dummy", device="cpu", attention_backend="fa3", page_size=case.page,
+                      speculative_algorithm="EAGLE", speculative_draft_model_path="dummy",
+                      speculative_eagle_topk=case.topk, speculative_num_steps=case.steps,
+                      speculative_num_draft_tokens=case.topk * case.steps + 1)
+    return use_context(create_context(args, role="test"))
+
+
+# Batches in serving order: each padded to a captured size of (1, 2) unless it is one, or run
+# eagerly when it is larger than the largest (as the draft worker does when the runner cannot run
+# it); the overlap scheduler's next batch drops a request, then requests come back.
+SERVED = [[0, 1, 2], [0, 2], [4], [3, 0, 2], [0, 1, 2, 3, 4], [2, 3, 1, 4], [4, 1, 0], [3, 1]]
+CAPTURED = [1, 2, 4]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["sglangs-builders", "fused-asked"])
+@pytest.mark.parametrize("params", [(5201, 5, 3, 16, 4, "random"), (5202, 5, 2, 64, 3, "tail"),
+                                    (5203, 5, 4, 4, 5, "aligned")], ids=_case_id)
+def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_batches(params, fused, monkeypatch):
+    """Through SGLang's own draft CUDA-graph runner, batch after batch as a server sends them (padded
+    to a captured size, larger ones eagerly on the same backends, requests finished and added
+    between them): every real branch of ours reads
+    exactly its prefix and its own draft slots and gets SGLang's attention over the copy, and the
+    padding rows read slots inside the pool. On today's 0.5.17 this raised (a graph padded past the
+    batch's ``out_cache_loc``), which switched the path off in the first serving passes. With the
+    fused replay metadata asked for too, the fused writer (SGLang's split form) leaves an in-place
+    draft backend to SGLang's builders and our rewrite: else the graph would read the holes."""
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    case, prep = _bf16_case(params, monkeypatch)
+    k_copied, v_copied = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
+    k_holes, v_holes = k_copied.clone(), v_copied.clone()
+    k_holes[prep.tgt] = float("nan")
+    v_holes[prep.tgt] = float("nan")
+    multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True, fused=fused)
+    runner, replayed = _draft_graph_runner(case, multi, CAPTURED)
+    g = torch.Generator().manual_seed(params[0])
+    seen = set()  # padding rows per batch: the shapes below must include padded ones
+    for requests in SERVED:
+        batch = _served_batch(case, prep, requests)
+        if len(requests) > max(CAPTURED):
+            multi.init_forward_metadata(batch)  # eager: the same step backends, SGLang's eager builder
+            padded = len(requests)
+        else:
+            with _server_context(case):
+                runner.execute(batch)
+            padded = replayed[-1]
+        seen.add(padded - len(requests))
+        assert padded >= len(requests) and not fa3_in_place.SWITCH, fa3_in_place.SWITCH.reason
+        real = [r * case.topk + t for r in requests for t in range(case.topk)]
+        for step, be in enumerate(multi.attn_backends):
+            md, ex = be.forward_metadata, be.forward_metadata_spec_decode_expand
+            assert is_per_token(ex.page_table) and md.cache_seqlens_int32.shape[0] == padded
+            q_all = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=g).bfloat16().float()
+            _, smd, sex = _draft_step_metadata(case, prep, step, "eager")
+            theirs, _ = two_pass(q_all, *_paged_kv(_backend(case, step), k_copied, v_copied), smd, sex)
+            q = torch.zeros((padded * case.topk, HEADS, HEAD_DIM))
+            q[:len(real)] = q_all[real]
+            out, reads = two_pass(q, *_paged_kv(be, k_holes, v_holes), md, ex, ours)
+            assert torch.isfinite(out[:len(real)]).all(), f"{requests} step {step}: a hole was read"
+            torch.testing.assert_close(out[:len(real)], theirs[real], rtol=2 ** -8, atol=2 ** -8)
+            expected = expected_reads(case, prep, step)
+            for z, want in zip(range(len(real)), [expected[i] for i in real], strict=True):
+                assert torch.equal(reads[z], want), f"{requests} step {step} branch {z}"
+            for z in range(len(real), padded * case.topk):  # padding: inside the pool, never a fault
+                assert reads[z].numel() == 0 or int(reads[z].max()) < case.pool.size + case.page
+    assert seen >= {0, 1}, seen  # padded (size 3 to 4) and unpadded graph batches, and eager ones
+
+
+def test_an_idle_draft_batch_passes_through(monkeypatch):
+    """An idle batch (no request on this rank) through SGLang's eager builder and our hook: nothing to
+    rewrite, no fault."""
+    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    case, prep = _bf16_case(CASES[0], monkeypatch)
+    be = _backend(case, 0)
+    after_backend_init(None, be)
+    fb = SimpleNamespace(forward_mode=ForwardMode.IDLE, batch_size=0, seq_lens=torch.zeros(0, dtype=torch.int64),
+                         seq_lens_cpu=torch.zeros(0, dtype=torch.int64), seq_lens_sum=0,
+                         req_pool_indices=torch.zeros(0, dtype=torch.int64), out_cache_loc=torch.zeros(0, dtype=torch.int64),
+                         spec_info=SimpleNamespace(), encoder_lens=None, kv_loc_plan=None,
+                         positions=torch.zeros(0, dtype=torch.int64))
+    try:
+        result = be.init_forward_metadata(fb)
+    except Exception as exc:  # noqa: BLE001 -- SGLang's own builder: what it does with an idle batch is its own
+        pytest.skip(f"SGLang's eager builder does not take an idle draft batch on CPU: {type(exc).__name__}: {exc}")
+    after_metadata(result, be, fb)
+    assert not fa3_in_place.SWITCH, fa3_in_place.SWITCH.reason
