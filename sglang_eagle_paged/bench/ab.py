@@ -419,9 +419,9 @@ def markdown(results: dict) -> str:
              f"{levels}" + _capped_text(results) + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
-             + "; ratio = geometric mean of B/A per round, 95% t-interval; retractions: the servers' \"KV cache "
-             "pool is full\" lines during the counted passes (a side that retracted measured its KV pool: "
-             "the verdict says KV-bound)",
+             + "; ratio = geometric mean of B/A per round, 95% t-interval; \"level\" only where it lies within "
+             "+-3%; retractions: the servers' \"KV cache pool is full\" lines during the counted passes (a side "
+             "that retracted measured its KV pool: the verdict says KV-bound)",
              "", "| A | B | parallel | A tok/s | B tok/s | B/A | 95% interval | verdict | acceptance A / B | rounds "
              "| retractions A / B |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
@@ -445,10 +445,10 @@ def markdown(results: dict) -> str:
                               for pair, par, s in stalled) + "."]
     resolved = [(pair, par, r) for pair in results["pairs"].values() for par, r in (pair.get("resolved") or {}).items()]
     if resolved:
-        lines += ["", "Pooled with earlier recordings (the rounds that stopped the pair): "
+        lines += ["", "Pooled with earlier recordings over server pairs (the rounds that stopped the pair): "
                   + "; ".join(f"{pair['A']['name']}:{pair['B']['name']} at parallel {par} {r['ratio']:.3f}x "
                               f"({r['low']:.3f}-{r['high']:.3f}), {r['rounds']} rounds of which {r['prior_rounds']} "
-                              "earlier" for pair, par, r in resolved) + "."]
+                              f"earlier, {r.get('pairs', 1)} server pairs" for pair, par, r in resolved) + "."]
     lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "

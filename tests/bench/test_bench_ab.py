@@ -556,7 +556,7 @@ def test_a_pair_stops_before_its_rounds_once_pooled_with_earlier_ones_it_resolve
     md = ab.markdown(res)
     assert md.startswith("3 of 20 rounds (ABBA; 1 of 1 pairs stopped once their rounds pooled with earlier "
                          "recordings' resolved +-3%)")
-    assert "on_p1:on_p64 at parallel 2 0.850x (0.850-0.850), 11 rounds of which 8 earlier" in md
+    assert "on_p1:on_p64 at parallel 2 0.850x (0.850-0.850), 11 rounds of which 8 earlier, 2 server pairs" in md
     # with no earlier rounds it measures to the tenth round before the same rule lets it stop
     res = ab.run_pairs([(p1, p64)], out_dir=str(tmp_path / "ab2"),
                        until=ab_pool.UntilResolved({}, 0.03, min_rounds=10), **kw)
