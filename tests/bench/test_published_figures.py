@@ -95,3 +95,14 @@ def test_the_plot_is_drawn_from_the_records(rows, tmp_path):
     pytest.importorskip("matplotlib")
     assert figures.plot(str(tmp_path / "p.png")) and (tmp_path / "p.png").stat().st_size > 10_000
     assert (ROOT / "docs" / "performance.png").stat().st_size > 10_000 and "](docs/performance.png)" in README
+
+
+def test_speculation_against_none_on_the_135m_target_is_run_21s_single_passes():
+    from bench.e2e import load_recording
+
+    path = figures.RESULTS / "2026-12-02-h200-run21/smollm2/bench/e2e.json.gz"
+    if not path.exists():
+        pytest.skip("results moved out of the tree (a device carry)")
+    rec = load_recording(path)
+    eagle, none = (round(rec[k]["summary"]["output_throughput"]) for k in ("on_p1", "nospec_p1"))
+    assert f"({eagle:,} tok/s with EAGLE against {none:,} without)" in " ".join(README.split())
