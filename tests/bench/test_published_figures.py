@@ -80,6 +80,9 @@ def test_the_retraction_example_is_its_one_recorded_round():
     s = stats.ratio_interval(ratios)
     assert s["rounds"] == 1 and s["high"] is None and f"{s['ratio']:.2f}x" == "0.37x"
     assert "0.37x of page 1's throughput in the same pool: run 21, one round" in " ".join(README.split())
+    log = path.parent / "logs" / "pair0_B_on_p128.log"  # the page-128 server's retractions, its whole log
+    retracted = log.read_text(errors="replace").count("KV cache pool is full. Retract requests.")
+    assert f"a page-128 server that retracted {retracted} times" in " ".join(README.split())
 
 
 def test_level_is_said_only_where_equivalence_is_shown(rows):
