@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench import figures
-from sglang_eagle_paged.bench import ab_pool, stats
+from sglang_eagle_paged.bench import ab_pool, server_log, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -81,7 +81,7 @@ def test_the_retraction_example_is_its_one_recorded_round():
     assert s["rounds"] == 1 and s["high"] is None and f"{s['ratio']:.2f}x" == "0.37x"
     assert "0.37x of page 1's throughput in the same pool: run 21, one round" in " ".join(README.split())
     log = path.parent / "logs" / "pair0_B_on_p128.log"  # the page-128 server's retractions, its whole log
-    retracted = log.read_text(errors="replace").count("KV cache pool is full. Retract requests.")
+    retracted = server_log.retractions(log.read_text(errors="replace"))["retract"]
     assert f"a page-128 server that retracted {retracted} times" in " ".join(README.split())
 
 
