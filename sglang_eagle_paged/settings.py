@@ -10,7 +10,7 @@ Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
 ``releases.FA3_FUSED_V2_PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
-``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
+``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
 Booleans take ``1/on/true/yes`` and ``0/off/false/no`` (any case); unset or empty is the
@@ -30,10 +30,9 @@ FA3_EXPAND = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
 FA3_IN_PLACE = "SGLANG_EAGLE_PAGED_FA3_IN_PLACE"
 VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
 DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
-GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
 SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
-ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS, SMOLLM2_DIR)
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, VERIFY_FREE, DIRECT_LAUNCH, SMOLLM2_DIR)
 # Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
 # which start-up says in one line (unused_by).
 V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, VERIFY_FREE)
@@ -78,7 +77,6 @@ class Settings:
     fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (opt-in: docs/configuration.md)
     verify_free: bool = True
     direct_launch: bool = True
-    gc_stats_dir: str | None = None
     smollm2_dir: str | None = None
 
     @property
@@ -123,7 +121,6 @@ def parse(env=None) -> Settings:
     env = os.environ if env is None else env
     # 1/on/0/off: the spellings FA3_EXPAND took before it had a fused mode
     fa3_aliases = {**dict.fromkeys(_TRUE, "expand"), **dict.fromkeys(_FALSE, "off")}
-    gc_dir = (env.get(GC_STATS) or "").strip()
     return Settings(
         mode=_choice(env, MODE, Mode, Mode.ON),
         mode_explicit=bool(_raw(env, MODE)),
@@ -133,7 +130,6 @@ def parse(env=None) -> Settings:
         fa3_in_place=_bool(env, FA3_IN_PLACE, False),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
-        gc_stats_dir=gc_dir or None,
         smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,
     )
 

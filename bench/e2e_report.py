@@ -1,6 +1,6 @@
 """Markdown table of an end-to-end run (tests/gpu or bench.e2e) with page-1 ratios and agreement.
 
-  python -m sglang_eagle_paged.bench.e2e_report bench/results/<run>/testbed/e2e.json > e2e.md
+  python -m bench.e2e_report bench/results/<run>/testbed/e2e.json > e2e.md
 
 Each row's page-1 baseline and built-in counterpart are the runs with the same
 algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
@@ -9,7 +9,8 @@ algorithm, draft, topk and backend (page 1, mode on; same page, mode off).
 import argparse
 
 from sglang_eagle_paged.bench import triton_cache
-from sglang_eagle_paged.bench.e2e import load_recording, run_agreement
+
+from .e2e import load_recording, run_agreement
 
 
 def _key(cfg, **over):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sglang_eagle_paged.bench.server_log import log_end, retractions_since  # noqa: F401 (this package's API)
+
 _RE = {
     "retract": re.compile(r"KV cache pool is full\. Retract requests\."),
     "retracted_reqs": re.compile(r"#retracted_reqs: (\d+)"),
@@ -39,7 +41,7 @@ _RE = {
     # prefix_check's periodic INFO line (cumulative counts of that process) and its ERROR line
     "prefix_check": re.compile(r"^\[([^\]]*)\] \[sglang-eagle-paged\] prefix check: (\d+) steps, (\d+) request-checks, "
                                r"(\d+) violations"),
-    "prefix_violation": re.compile(r"\[sglang-eagle-paged\] prefix integrity violated"),
+    "prefix_violation": re.compile(r"\[sglang-eagle-paged\] (\[fault\] )?prefix integrity violated"),
 }
 
 
@@ -100,26 +102,3 @@ def scan_log_file(path) -> dict:
     except OSError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
-
-def log_end(path) -> int | None:
-    """The byte offset at which the next line of a server log will be written (None: no log)."""
-    try:
-        return Path(path).stat().st_size
-    except (OSError, TypeError):
-        return None
-
-
-def retractions_since(path, offset: int | None) -> dict | None:
-    """Retractions (``retract``: the scheduler's "KV cache pool is full" lines; ``retracted_reqs``: the
-    requests they retracted) in the part of a server log written after byte ``offset``
-    (:func:`log_end` before the work); None where there is no log."""
-    if offset is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return None
-    scan = scan_log(data.decode(errors="replace"))
-    return {"retract": scan["retract"], "retracted_reqs": scan["retracted_reqs"]}

@@ -1,5 +1,6 @@
-"""The opt-in garbage-collection record (gc_stats.py): what a server process writes, and how a
-benchmark turns two readings into one pass's share."""
+"""The device probe that records garbage collections (scripts/device/probes/gc_stats.py, armed by
+the probes' sitecustomize with SGLANG_EAGLE_PAGED_GC_STATS): what a server process writes, and how
+two readings become one pass's share."""
 
 import json
 import os
@@ -7,11 +8,15 @@ import subprocess
 import sys
 import textwrap
 
-from sglang_eagle_paged.bench import gc_stats
+from pathlib import Path
+
+PROBES = str(Path(__file__).resolve().parents[2] / "scripts" / "device" / "probes")
+sys.path.insert(0, PROBES)
+import gc_stats  # noqa: E402
 
 
 def _run(code: str, env_dir) -> subprocess.CompletedProcess:
-    env = {**os.environ, "SGLANG_EAGLE_PAGED_GC_STATS": str(env_dir)}
+    env = {**os.environ, "SGLANG_EAGLE_PAGED_GC_STATS": str(env_dir), "PYTHONPATH": PROBES}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
                           timeout=120)
 
@@ -25,10 +30,9 @@ def test_a_process_records_its_collections_per_generation_and_rewrites_them(tmp_
     # A process of its own: the record adds a gc callback and a thread for the life of the process.
     out = _run("""
         import gc, time
-        from sglang_eagle_paged import settings
-        from sglang_eagle_paged.bench import gc_stats
-        path = gc_stats.install(settings.parse().gc_stats_dir)
-        assert gc_stats.install(settings.parse().gc_stats_dir) == path  # once per process
+        import os, gc_stats
+        path = gc_stats.install(os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS"))
+        assert gc_stats.install(os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS")) == path  # once per process
         gc.collect(0); gc.collect(2); gc.collect(2)
         time.sleep(3 * gc_stats.WRITE_INTERVAL_S)
         print(path)
@@ -46,23 +50,21 @@ def test_without_the_variable_or_with_a_bad_directory_nothing_is_installed(tmp_p
     blocker.write_text("not a directory")
     out = _run("""
         import gc
-        from sglang_eagle_paged import settings
-        from sglang_eagle_paged.bench import gc_stats
-        print(gc_stats.install(settings.parse().gc_stats_dir), len(gc.callbacks))
+        import os, gc_stats
+        print(gc_stats.install(os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS")), len(gc.callbacks))
     """, blocker / "gc")
     assert out.returncode == 0 and out.stdout.split() == ["None", "0"]
     assert "cannot record the collector" in out.stderr
     # a folder that does not exist is not created: the mistyped path is reported
     out = _run("""
-        from sglang_eagle_paged import settings
-        from sglang_eagle_paged.bench import gc_stats
-        print(gc_stats.install(settings.parse().gc_stats_dir))
+        import os, gc_stats
+        print(gc_stats.install(os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS")))
     """, tmp_path / "nonexistent" / "dir")
     assert out.returncode == 0 and out.stdout.split() == ["None"], out.stderr
     assert "no such directory" in out.stderr and not (tmp_path / "nonexistent").exists()
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_EAGLE_PAGED_GC_STATS"}
-    out = subprocess.run([sys.executable, "-c", "from sglang_eagle_paged import settings; from sglang_eagle_paged.bench import gc_stats; "
-                          "print(gc_stats.install(settings.parse().gc_stats_dir))"], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", "import os, gc_stats; "
+                          "print(gc_stats.install(os.environ.get('SGLANG_EAGLE_PAGED_GC_STATS')))"], env={**env, "PYTHONPATH": PROBES}, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "None"
 
 
@@ -89,15 +91,10 @@ def test_a_torn_file_is_skipped(tmp_path):
     assert list(gc_stats.read_totals(tmp_path)) == [1]
 
 
-def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
+def test_the_probes_sitecustomize_arms_the_record_in_every_process_that_starts_with_it(tmp_path):
     out = _run("""
-        import os
-        os.environ["SGLANG_EAGLE_PAGED"] = "off"  # stock SGLang: the record still comes, nothing else
-        from sglang_eagle_paged import settings
-        from sglang_eagle_paged.bench import gc_stats
-        from sglang_eagle_paged import plugin
-        plugin.register()
-        print(gc_stats.install(settings.parse().gc_stats_dir))
+        import sys
+        print(sys.modules["gc_stats"]._state["installed"])
     """, _made(tmp_path / "gc"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith(".json") and len(gc_stats.read_totals(tmp_path / "gc")) == 1
@@ -106,9 +103,8 @@ def test_the_plugin_installs_the_record_in_every_mode_it_registers_in(tmp_path):
 def test_a_forked_child_drops_the_inherited_callback(tmp_path):
     out = _run("""
         import gc, os
-        from sglang_eagle_paged import settings
-        from sglang_eagle_paged.bench import gc_stats
-        gc_stats.install(settings.parse().gc_stats_dir)
+        import os, gc_stats
+        gc_stats.install(os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS"))
         before = len(gc.callbacks)
         pid = os.fork()
         if pid == 0:  # the child: no writer thread came along, so no callback either

@@ -1,6 +1,6 @@
 """How well each configuration reproduces itself across end-to-end recordings.
 
-  python -m sglang_eagle_paged.bench.reproducibility run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
+  python -m bench.reproducibility run4/e2e.json run5/e2e.json run6/e2e.json > reproducibility.md
 
 For every configuration measured in all the recordings: its acceptance in each,
 and how many outputs of each pair of recordings are identical (same prompts,
@@ -12,7 +12,7 @@ reproduce its own outputs across runs cannot be expected to reproduce another's.
 import argparse
 from itertools import combinations
 
-from sglang_eagle_paged.bench.e2e import agreement, load_recording
+from .e2e import agreement, load_recording
 
 
 def rows(records: list) -> list:

@@ -22,7 +22,7 @@ against a fake server too (``tests/test_stress_client.py``).
   > 1) runs alone before the others, once :func:`wait_gpus_free` says the GPUs are empty.
 """
 
-from ..server import ServerStartError
+from sglang_eagle_paged.bench.server import ServerStartError
 from .client import aborting_stream, run_prompts
 from .logs import scan_log, scan_log_file
 from .prompts import ServerTokenizer, TokenSource, corpus_text, long_context_copy, seeded_lengths

@@ -8,8 +8,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Mapping
 
+from sglang_eagle_paged.bench.mtbench import Client, summarize, token_margins
+
 from .. import parity
-from ..mtbench import Client, summarize, token_margins
 
 
 def _meta_record(out: dict) -> dict:

@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 
 from . import profile, pyspy, round_profile, v2_sets
-from .e2e import _warmup_questions, launch, server_args, serve_group, warmup_mixes
-from .mtbench import load_questions, run_benchmark
-from .kv_sizing import pool_for
+from sglang_eagle_paged.bench.configs import _warmup_questions, launch, server_args, warmup_mixes
+from sglang_eagle_paged.bench.kv_sizing import pool_for
+from sglang_eagle_paged.bench.mtbench import load_questions, run_benchmark
+
+from .e2e import serve_group
 
 # The round-marks probe's variable (scripts/device/probes/round_marks.py)
 MARKS_ENV = "SGLANG_EAGLE_PAGED_ROUND_MARKS"

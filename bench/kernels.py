@@ -9,7 +9,7 @@ the Python/Triton launch cost, not the GPU, bounds back-to-back calls:
   wall:   back-to-back calls with the GPU drained before and after;
   host:   time to enqueue one call on an idle GPU.
 
-  python -m sglang_eagle_paged.bench.kernels --out bench/results/kernels
+  python -m bench.kernels --out bench/results/kernels
 """
 
 import argparse

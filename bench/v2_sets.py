@@ -13,7 +13,7 @@ Sets, most important first within each (a cut-short run keeps the head):
 An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
-from .e2e import RunConfig
+from sglang_eagle_paged.bench.configs import RunConfig
 
 NO_OVERLAP = ["--disable-overlap-schedule"]
 # Opt-in on v2 until measured: the plugin's FA3 draft metadata in one launch (adapters/v2/fa3_replay.py)

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from ..mtbench import Client
+from sglang_eagle_paged.bench.mtbench import Client
 from .client import _meta_record, aborting_stream
 from .prompts import TokenSource
 

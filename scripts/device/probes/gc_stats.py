@@ -1,4 +1,4 @@
-"""Opt-in record of the garbage collector's work in each server process, for the benchmarks.
+"""Device probe: the garbage collector's work in each server process.
 
 A host-bound server spends part of each step in Python's collector, and the torch profiler
 charges that time to whichever function happened to allocate when a collection began. This
@@ -6,8 +6,8 @@ records, per process, how many collections each generation ran and how long they
 benchmark can put the collector's share of a pass beside its throughput (what it showed:
 ``docs/performance.md``).
 
-``SGLANG_EAGLE_PAGED_GC_STATS=<dir>`` turns it on: every process that loads the plugin (the
-launcher with its tokenizer manager, each scheduler) adds a ``gc.callbacks`` entry and a daemon
+``SGLANG_EAGLE_PAGED_GC_STATS=<dir>`` turns it on (``sitecustomize.py`` here, first on the server's
+PYTHONPATH): every process that starts (the launcher with its tokenizer manager, each scheduler) adds a ``gc.callbacks`` entry and a daemon
 thread that rewrites ``<dir>/gc-<pid>.json`` (atomically) every 0.25 s while anything changed.
 A reader therefore sees a process's totals as of at most 0.25 s ago: wait that long after a pass
 before reading (:func:`read_totals`). Off, nothing is installed.
@@ -21,7 +21,15 @@ import threading
 import time
 from pathlib import Path
 
-from .cpu_pinning import process_title
+
+def process_title(pid: int) -> str:
+    """The first word of the command line: SGLang's processes set it to their role (``setproctitle``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return ""
+
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -83,8 +91,8 @@ class _Recorder:
 
 
 def install(target: str) -> Path | None:
-    """Start recording into directory ``target`` (``SGLANG_EAGLE_PAGED_GC_STATS``, parsed by
-    :mod:`sglang_eagle_paged.settings`); the file this process writes, else None. Idempotent
+    """Start recording into directory ``target`` (``SGLANG_EAGLE_PAGED_GC_STATS``); the file this
+    process writes, else None. Idempotent
     within a process."""
     if _state["installed"] is not None:
         return _state["installed"]

@@ -15,8 +15,8 @@ frames by self time; what the scheduler was doing when the GPU went idle; and th
 phase of the round (SGLang's ``draft`` and ``draft_extend`` ranges, the probe's verify mark) with the
 outermost events inside it: where a phase is longer in one trace than in another, and on what.
 
-    python -m sglang_eagle_paged.bench.round_profile summarize TRACE [--rounds N] [--out JSON] [--md MD]
-    python -m sglang_eagle_paged.bench.round_profile compare A.json B.json ... [--md MD]
+    python -m bench.round_profile summarize TRACE [--rounds N] [--out JSON] [--md MD]
+    python -m bench.round_profile compare A.json B.json ... [--md MD]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Iterable, Sequence
 
 from .profile import GPU_MEM_CATS, KERNEL_CATS, RUNTIME_CATS, STEP_FUNCTION, _is_sync, _num, _self_times, \
     load_trace, short_name
-from .report import fmt, table
+from sglang_eagle_paged.bench.report import fmt, table
 
 GROUPS = ("attention", "gemm", "ours", "sglang_triton", "copy_memset", "other")
 TOP = 25
@@ -60,7 +60,7 @@ PHASES = ("draft", VERIFY_MARK, "draft_extend")
 def our_kernel_names(kernels_dir: str | Path | None = None) -> frozenset:
     """The names of the plugin's Triton kernels (``@triton.jit`` functions of ``kernels/``), read
     from the source so that summarising needs no Triton."""
-    d = Path(kernels_dir) if kernels_dir else Path(__file__).resolve().parents[1] / "kernels"
+    d = Path(kernels_dir) if kernels_dir else Path(__file__).resolve().parents[1] / "sglang_eagle_paged" / "kernels"
     return frozenset(f.name for p in sorted(d.glob("*.py")) for f in ast.walk(ast.parse(p.read_text()))
                      if isinstance(f, ast.FunctionDef) and any(_is_triton_jit(x) for x in f.decorator_list))
 
@@ -367,7 +367,7 @@ def compare_markdown(summaries: Sequence[dict], names: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sglang_eagle_paged.bench.round_profile", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.round_profile", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarize", help="one trace (.json or .json.gz)")

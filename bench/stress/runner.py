@@ -9,8 +9,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..e2e import RunConfig, launch, serve_group, server_args
-from ..server import ServerProcess
+from sglang_eagle_paged.bench.configs import RunConfig, launch, server_args
+from sglang_eagle_paged.bench.server import ServerProcess
+
+from ..e2e import serve_group
 from .logs import scan_log_file
 
 

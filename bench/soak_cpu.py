@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]  # the source checkout, whose scripts/ has the CPU stand-ins
+ROOT = Path(__file__).resolve().parents[1]  # the source checkout, whose scripts/ has the CPU stand-ins
 
 
 def parse_args(argv=None):

@@ -14,7 +14,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-from .report import table
+from sglang_eagle_paged.bench.report import table
 
 SCHEDULER_TITLE = "sglang::scheduler"  # SGLang's setproctitle for the scheduler process
 

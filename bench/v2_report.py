@@ -1,6 +1,6 @@
 """What the v2 sweep measured (issue 30 points 1-3, 5), as one table per point.
 
-  python -m sglang_eagle_paged.bench.v2_report DIR    (DIR: a v2_run sweep's --out; writes DIR/report.md)
+  python -m bench.v2_report DIR    (DIR: a v2_run sweep's --out; writes DIR/report.md)
 
 Reads ``DIR/e2e.json`` (or ``.json.gz``) and the host-sync probe's ``DIR/sync/<name>/sync-*.json``.
 Nothing is judged here: the numbers, the pairs they compare, and where each comes from.
@@ -107,7 +107,7 @@ def report(out_dir) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        raise SystemExit("usage: python -m sglang_eagle_paged.bench.v2_report SWEEP_DIR")
+        raise SystemExit("usage: python -m bench.v2_report SWEEP_DIR")
     text = report(argv[0])
     (Path(argv[0]) / "report.md").write_text(text)
     print(text)

@@ -1,8 +1,8 @@
 """Runner of the v2-worker GPU run (issue 30): the sweep of :mod:`.v2_sets` and its A/B pairs.
 
-  python -m sglang_eagle_paged.bench.v2_run sweep --set correct --target T --draft D --out DIR \\
+  python -m bench.v2_run sweep --set correct --target T --draft D --out DIR \\
       [--only a,b] [--probe-dir scripts/device/probes]
-  python -m sglang_eagle_paged.bench.v2_run ab --pairs on_p64:off_p64 --target T --draft D --out DIR
+  python -m bench.v2_run ab --pairs on_p64:off_p64 --target T --draft D --out DIR
 
 ``sweep`` measures each configuration once (:func:`.e2e.run_configs`: outputs with top-2 margins,
 acceptance, Triton variants compiled after warm-up, each server with a fresh ``TRITON_CACHE_DIR``);
@@ -14,7 +14,7 @@ a pair measured to the end by an earlier call is skipped and a cut-short one run
 
 ``profile`` (:mod:`.v2_profile`) profiles each configuration under a steady load through SGLang's
 ``/start_profile`` and reduces every trace per verify round on the machine (:mod:`.round_profile`):
-  python -m sglang_eagle_paged.bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
+  python -m bench.v2_run profile --only on_p1,on_p64 --target T --draft D --out DIR
 """
 
 import argparse
@@ -24,10 +24,13 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from . import kv_sizing, v2_sets
-from .ab import add_until_args
-from .e2e import add_workload_args, run_configs
-from .mtbench import in_flight_note
+from sglang_eagle_paged.bench import ab as ab_mod, kv_sizing
+from sglang_eagle_paged.bench.ab import add_until_args
+from sglang_eagle_paged.bench.configs import add_workload_args
+from sglang_eagle_paged.bench.mtbench import in_flight_note
+
+from . import ab_probes, v2_sets
+from .e2e import run_configs
 
 SYNC_ENV = "SGLANG_EAGLE_PAGED_SYNC_PROBE"
 
@@ -97,8 +100,6 @@ def sweep(a) -> int:
 
 
 def ab(a) -> int:
-    from . import ab as ab_mod
-
     out = Path(a.out)
     seeds = [d for g in a.triton_seed for d in sorted(glob.glob(g))]
     more = tuple(int(x) for x in a.also_parallel.split(",") if x) if a.also_parallel else ()
@@ -112,8 +113,9 @@ def ab(a) -> int:
             continue
         if until is not None:
             earlier = until.earlier(pa.name, pb.name, a.max_new, a.parallel, a.questions)
-            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {len(earlier)} "
-                  f"earlier ones at parallel {a.parallel} resolve +-{a.until_pct:g}% (95%)")
+            print(f"[v2 ab] {pa.name}:{pb.name} stops once its rounds pooled with {sum(map(len, earlier))} "
+                  f"earlier ones of {len(earlier)} server pairs at parallel {a.parallel} resolve "
+                  f"+-{a.until_pct:g}% (95%, over server pairs)")
         # both sides get the pool of the larger need (bench.ab refuses unequal pools)
         pool = kv_sizing.pool_for(a, (pa, pb), a.questions, max((a.parallel, *more)), "v2 ab", a.tokenizer)
         if a.dry_run:
@@ -129,7 +131,7 @@ def ab(a) -> int:
                                        ignore_eos=a.ignore_eos, warmup=a.warmup,
                                        max_total_tokens=pool, mem_fraction=a.mem_fraction,
                                        question_file=a.question_file, triton_seeds=seeds, settle=a.settle_passes,
-                                       tokenizer=a.tokenizer, until=until)
+                                       tokenizer=a.tokenizer, until=until, probes=ab_probes.probes)
         except KeyboardInterrupt:  # the call's time limit: keep what this pair measured, stop here
             saved = where / "ab.json"
             if saved.exists():

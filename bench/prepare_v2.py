@@ -1,6 +1,6 @@
 """The v2 draft preparation's prefix-tail duplication on the GPU: SGLang's function against ours.
 
-  python -m sglang_eagle_paged.bench.prepare_v2 --out DIR [--batches 1,8,64,256] [--pages 16,64,128]
+  python -m bench.prepare_v2 --out DIR [--batches 1,8,64,256] [--pages 16,64,128]
 
 For each page size and batch: rows laid out as SGLang's paged allocator leaves them after churn
 (whole pages from a shuffled free list, each request's prefix then its decode reservation), random
@@ -28,7 +28,7 @@ def layout(seq_lens, page_size, topk, steps, *, layers, heads, head_dim, seed, d
     pages drawn from a shuffled free list."""
     import torch
 
-    from ..tools import v2_harness as vh
+    from sglang_eagle_paged.tools import v2_harness as vh
 
     reserve = vh.alloc_len(page_size, topk, steps, topk * steps)
     lens = [-(-(n + reserve) // page_size) * page_size for n in seq_lens]
@@ -75,9 +75,9 @@ def measure(page_size, batch, a) -> dict:
     import torch
     from sglang.srt.speculative import eagle_worker_common as ewc
 
-    from ..adapters.v2 import backends, duplicate
-    from ..settings import Mode
-    from ..tools import v2_harness as vh
+    from sglang_eagle_paged.adapters.v2 import backends, duplicate
+    from sglang_eagle_paged.settings import Mode
+    from sglang_eagle_paged.tools import v2_harness as vh
 
     rng = random.Random(a.seed + page_size * 1000 + batch)
     seq_lens = [rng.randint(a.min_len, a.max_len) for _ in range(batch)]

@@ -1,6 +1,6 @@
 """Start one EAGLE server with the plugin, send it one request, stop it: does this install serve?
 
-  python -m sglang_eagle_paged.bench.smoke --target T --draft D [--load-format dummy] [--page-size 64]
+  python -m bench.smoke --target T --draft D [--load-format dummy] [--page-size 64]
 
 An import check proves that modules load; only a server that answers proves that the modules a
 server imports while it starts (the draft worker's CUDA-graph capture pulls in attention backends
@@ -13,8 +13,8 @@ import time
 
 import requests
 
-from .e2e import RunConfig, launch, server_args
-from .server import ServerStartError, find_free_port
+from sglang_eagle_paged.bench.configs import RunConfig, launch, server_args
+from sglang_eagle_paged.bench.server import ServerStartError, find_free_port
 
 
 def main(argv=None) -> int:

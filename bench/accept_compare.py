@@ -1,6 +1,6 @@
 """Acceptance of one recording's configurations against another's, paired per MT-bench question.
 
-  python -m sglang_eagle_paged.bench.accept_compare NEW_E2E --against OLD_E2E [--against MORE_E2E]
+  python -m bench.accept_compare NEW_E2E --against OLD_E2E [--against MORE_E2E]
          [--names on_p1,on_p64] [--question-file F] [--json OUT]
 
 For judging one draft head against another on the same questions (the run that trained a head
@@ -17,7 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import mtbench, parity
+from sglang_eagle_paged.bench import mtbench
+
+from . import parity
 from .e2e import load_recording, measured
 
 
@@ -86,7 +88,7 @@ def categories(question_file=None) -> dict | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sglang_eagle_paged.bench.accept_compare",
+    ap = argparse.ArgumentParser(prog="python -m bench.accept_compare",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("new", help="e2e.json or e2e.json.gz of the configurations judged")
     ap.add_argument("--against", action="append", required=True,

@@ -22,9 +22,9 @@ How SGLang 0.5.12.post1 writes the trace (``scheduler_profiler_mixin.py``):
 
 CLI::
 
-    python -m sglang_eagle_paged.bench.profile summarize TRACE [--out JSON] [--md MD]
-    python -m sglang_eagle_paged.bench.profile compare A.json B.json --names p1 p64
-    python -m sglang_eagle_paged.bench.profile compare runs/x/e2e.json:on_p1 runs/x/e2e.json:on_p64 --names p1 p64
+    python -m bench.profile summarize TRACE [--out JSON] [--md MD]
+    python -m bench.profile compare A.json B.json --names p1 p64
+    python -m bench.profile compare runs/x/e2e.json:on_p1 runs/x/e2e.json:on_p64 --names p1 p64
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .report import fmt, table
+from sglang_eagle_paged.bench.report import fmt, table
 
 TRACE_GLOB = "*.trace.json*"
 KERNEL_CATS = frozenset({"kernel"})
@@ -488,7 +488,7 @@ def load_summary(spec: str) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sglang_eagle_paged.bench.profile", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("summarize", help="reduce a trace (.json or .json.gz) to a summary")
