@@ -8,19 +8,21 @@ duplication), ``fake`` the plugin without the copy. ``_nooverlap`` adds ``--disa
 Sets, most important first within each (a cut-short run keeps the head):
   correct   point 1-3: outputs, acceptance, host syncs (the probe), compiles after warm-up
   backends  point 5: triton and flashinfer at pages 16 and 64, on / fake, SGLang's own at 64
-  fa3meta   ours with the fused FA3 draft metadata (``_fx``, opt-in on v2) at pages 64 and 128
-  inplace   ours with FA3 reading the prefix tail in place, no copy (``_ip``, opt-in) at pages 64 and 128
+  fa3meta   ours with the fused FA3 draft metadata set explicitly (``_fx``; v2's default since run 29, so
+            ``on_*`` of a plugin at or after cae8b25 runs it too) at pages 64 and 128
+  inplace   ours with FA3 reading the prefix tail in place, no copy (``_ip``, opt-in; its draft metadata
+            then comes from SGLang's builders) at pages 64 and 128
 An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
 from sglang_eagle_paged.bench.configs import RunConfig
 
 NO_OVERLAP = ["--disable-overlap-schedule"]
-# Opt-in on v2 until measured: the plugin's FA3 draft metadata in one launch (adapters/v2/fa3_replay.py)
-# in place of SGLang's torch.compile'd builders, the host time page 64 adds to a draft round.
+# The plugin's FA3 draft metadata in one launch (adapters/v2/fa3_replay.py), named explicitly so that a
+# configuration means the same on a checkout from before it became v2's default.
 FA3_FUSED = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}
-# Opt-in until the GPU holds it (issue 38): FA3's draft decode reads the prefix's partial last page in
-# place and each branch's draft slots per token, so the copy is skipped (adapters/v2/fa3_in_place.py).
+# Opt-in (run 29: not faster than the fused copy): FA3's draft decode reads the prefix's partial last page
+# in place and each branch's draft slots per token, so the copy is skipped (adapters/v2/fa3_in_place.py).
 FA3_IN_PLACE = {"SGLANG_EAGLE_PAGED_FA3_IN_PLACE": "1"}
 
 # Point 4, in the order the budget should buy them: ours against SGLang's own at the same page,
