@@ -175,9 +175,10 @@ def kv_pool_tokens(info: dict | None) -> int | None:
 
 
 def equal_kv_pools(pools: dict) -> None:
-    """Refuse a pair whose servers hold KV pools of different sizes. Two servers started together
-    size their pools from the memory free when each profiles it, so the one profiled second can get
-    less and retract requests the other serves: the comparison would measure memory, not the path."""
+    """Refuse a pair whose servers hold KV pools of different sizes. A server sizes its pool from the
+    memory free when it profiles it; B starts after A (:func:`_start_sides`), so where A leaves B too
+    little for the ``--max-total-tokens`` asked, B's pool is smaller and would retract requests A
+    serves: the comparison would measure memory, not the path."""
     known = {side: n for side, n in pools.items() if n is not None}
     if len(set(known.values())) > 1:
         raise RuntimeError(f"unequal KV pools (tokens): {known}; give both servers --max-total-tokens "
@@ -274,25 +275,35 @@ def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> d
     return found
 
 
-def _run_wave(lanes: list, save, **measure_kw) -> None:
-    """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
-    server fails to start, or whose measuring raises, records why and the others go on."""
-    everything = [srv for _, servers, _, _ in lanes for srv in servers.values()]
-    stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
-    try:
-        t0 = time.time()
-        for _, servers, _, _ in lanes:
-            for srv in servers.values():
-                srv.start()
-        for pair, servers, _, _ in lanes:
+def _start_sides(lanes: list, t0: float) -> None:
+    """Start the wave's servers side by side (A on every GPU, then B on every GPU), each side only once
+    the one before it on its GPU is ready. A server sizes its KV pool from the memory it finds free
+    while it starts: two starting together on one GPU each count the other's loading as free, and
+    their pools differ by chance (then :func:`equal_kv_pools` refuses the pair); one after the other,
+    the second sees the first whole, and an explicit ``--max-total-tokens`` that both can hold gives
+    equal pools."""
+    for side in ("A", "B"):
+        live = [(pair, servers) for pair, servers, _, _ in lanes if not pair.get("error")]
+        for _, servers in live:
+            servers[side].start()
+        for pair, servers in live:
             try:
-                for srv in servers.values():
-                    srv.wait_ready()
+                servers[side].wait_ready()
                 pair["startup_s"] = round(time.time() - t0, 1)
             except Exception as exc:
                 pair["error"] = f"start: {type(exc).__name__}: {exc}"[:2000]
                 for srv in servers.values():
                     srv.stop()
+
+
+def _run_wave(lanes: list, save, **measure_kw) -> None:
+    """Start every server of the wave (:func:`_start_sides`), then measure each GPU's pair in its own
+    thread; a pair whose server fails to start, or whose measuring raises, records why and the others
+    go on."""
+    everything = [srv for _, servers, _, _ in lanes for srv in servers.values()]
+    stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
+    try:
+        _start_sides(lanes, time.time())
 
         def lane(pair, servers, cache_dirs, probes):
             try:

@@ -150,9 +150,9 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     for srv, page in ((a, "1"), (b, "64")):
         assert srv.args[srv.args.index("--page-size") + 1] == page
         assert "--sleep-on-idle" in srv.args and srv.args[srv.args.index("--base-gpu-id") + 1] == "0"
-    # Both are ready before anything is measured, and stopped only after the last pass.
+    # Both are ready before anything is measured (B started once A was), and stopped only after the last pass.
     ev = FakeServer.events
-    assert ev[:4] == [("start", a.name), ("start", b.name), ("ready", a.name), ("ready", b.name)]
+    assert ev[:4] == [("start", a.name), ("ready", a.name), ("start", b.name), ("ready", b.name)]
     last_pass = max(i for i, e in enumerate(ev) if e[0] == "pass")
     assert all(e[0] == "pass" for e in ev[4:last_pass + 1])
     assert {e[0] for e in ev[last_pass + 1:]} == {"terminate", "stop"}
@@ -639,3 +639,17 @@ def test_without_a_fault_line_the_pair_is_measured_whole(monkeypatch, tmp_path, 
     pair, _ = _pair_with_fault(monkeypatch, tmp_path, fake_server, at_call=10 ** 6)
     assert len(pair["passes"]) == 6 and not pair.get("error") and "faults" not in pair
     assert not pair["summary"]["2"]["verdict"].startswith("refused")
+
+
+def test_a_gpus_second_server_starts_once_its_first_is_ready(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    """Each server sizes its KV pool from the memory free while it starts: B starts only after A on
+    the same GPU is ready (both GPUs' A first, side by side), so B sees A whole."""
+    _serve_fakes(monkeypatch, fake_server)
+    cfg = lambda n, p: configs.RunConfig(n, page_size=p)  # noqa: E731
+    ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                 target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1,
+                 max_new_tokens=8, warmup=0, gpus=2, question_file=str(_question_file(tmp_path)))
+    startup = [e for e in FakeServer.events if e[0] in ("start", "ready")]
+    order = [f"{kind} {name.split('_')[0]}{name.split('_')[1]}" for kind, name in startup]
+    assert order == ["start pair0A", "start pair1A", "ready pair0A", "ready pair1A",
+                     "start pair0B", "start pair1B", "ready pair0B", "ready pair1B"], order
