@@ -2,15 +2,18 @@
 its units without compressing them whole.
 
     python bundle_size.py calls CAP_MIB FILE...          pieces -> total and calls (first fit, largest first)
+    python bundle_size.py plan CAP_MIB DIR               each call's carry list (checksum lists in call 1)
     python bundle_size.py estimate PRESET PART_MIB CAP_MIB UNIT=PATH...   sampled xz estimate per unit
 
-The estimate compresses evenly spaced 4 MiB samples of each large member with the preset the build uses
-and applies each member's ratio to its whole size; members under 16 MiB are compressed together in
-full, or sampled the same way where they add up to more than 48 MiB. Samples are compressed one by one,
-so matches across samples are lost: the estimate errs large (make_bundle_v2.sh's FA3 library, 1.12 GB:
-see scripts/device/README.md for the estimate against the real xz).
+The estimate compresses evenly spaced 4 MiB samples of each large member (an eighth of its bytes, at
+least six samples) with the preset the build uses and applies each member's ratio to its whole size;
+members under 16 MiB (and every member's tar header) are compressed together in full, or in twelve
+samples where they add up to more than 48 MiB. Samples are compressed one by one, so
+matches across samples are lost, and a library's parts compress unevenly: scripts/device/README.md has
+the estimate against the real xz of the 0.5.17 bundle's units.
 """
 
+import json
 import lzma
 import math
 import os
@@ -35,6 +38,26 @@ def calls(sizes, cap):
         else:
             bins.append(s)
     return len(bins)
+
+
+def plan(named_sizes, cap, small=(), max_paths=8):
+    """Calls as lists of names: pieces packed first fit, largest first, into ``cap`` bytes; the ``small``
+    files (the checksum lists) go with the first call, which the device tool lets carry ``max_paths`` paths."""
+    bins = []
+    for name, size in sorted(named_sizes, key=lambda x: (-x[1], x[0])):
+        if size > cap:
+            raise ValueError(f"{name}: {size} bytes do not fit a call of {cap}")
+        for b in bins:
+            if b[0] + size <= cap and len(b[1]) < max_paths:
+                b[0] += size
+                b[1].append(name)
+                break
+        else:
+            bins.append([size, [name]])
+    calls_ = [sorted(names) for _, names in bins]
+    if calls_ and len(calls_[0]) + len(small) > max_paths:
+        raise ValueError(f"the first call would carry more than {max_paths} paths")
+    return [sorted(small) + calls_[0], *calls_[1:]] if calls_ else [sorted(small)]
 
 
 def pieces(nbytes, part):
@@ -87,20 +110,26 @@ def _members(path):
             yield f"{whl}:{info.filename}", info.file_size, read
 
 
-def estimate_unit(path, preset, samples=6):
+def estimate_unit(path, preset, coverage=8):
+    """(stored bytes, estimated xz bytes) of a unit; large members sampled over 1/``coverage`` of their bytes."""
     filters = _filters(preset)
     raw = est = 0.0
     small = []
     for name, size, read in _members(path):
         raw += size
+        small.append(tar_header(name))  # the tar's headers go with the small members
         if size >= LARGE:
-            est += _sampled(read, size, filters, samples)
+            est += _sampled(read, size, filters, max(6, math.ceil(size / (coverage * SAMPLE))))
         else:
             small.append(read(0, size))
     blob = b"".join(small)
-    if blob:
-        est += _sampled(lambda off, n: blob[off:off + n], len(blob), filters, 12)
-    return int(raw), int(est) + 4096 * (1 + len(small)) // 8  # tar headers, roughly
+    est += _sampled(lambda off, n: blob[off:off + n], len(blob), filters, 12)
+    return int(raw), int(est)
+
+
+def tar_header(name):
+    """A stand-in for a member's 512-byte tar header: its name, zero-padded."""
+    return name.encode()[:512].ljust(512, b"\0")
 
 
 def main(argv):
@@ -109,6 +138,15 @@ def main(argv):
         sizes = [os.path.getsize(f) for f in argv[2:]]
         print(f"{len(sizes)} pieces, {sum(sizes) / MIB:.1f} MiB: {calls(sizes, cap)} calls "
               f"of at most {argv[1]} MiB of pieces")
+        return 0
+    if argv[0] == "plan":  # plan CAP_MIB DIR: the carry list of each call, for scripts/device/README.md's recipe
+        cap, folder = float(argv[1]) * MIB, argv[2].rstrip("/")
+        names = sorted(os.listdir(folder))
+        parts = [(n, os.path.getsize(os.path.join(folder, n))) for n in names if ".part" in n]
+        small = [n for n in names if n.endswith(".sha256")]
+        for i, call in enumerate(plan(parts, cap, small), 1):
+            mib = sum(os.path.getsize(os.path.join(folder, n)) for n in call) / MIB
+            print(f"call {i:2d} ({mib:5.1f} MiB): " + json.dumps([f"{folder}/{n}" for n in call]))
         return 0
     if argv[0] == "estimate":
         preset, part, cap = argv[1], int(float(argv[2]) * MIB), float(argv[3]) * MIB
