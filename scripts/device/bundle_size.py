@@ -1,28 +1,21 @@
-"""How many device calls a bundle's pieces take, and (ESTIMATE=1 of make_bundle.sh) what xz would make of
-its units without compressing them whole.
+"""How many device calls a bundle's pieces take, and (ESTIMATE=1 of make_bundle.sh) what its units come to.
 
     python bundle_size.py calls CAP_MIB FILE...          pieces -> total and calls (first fit, largest first)
     python bundle_size.py plan CAP_MIB DIR               each call's carry list (checksum lists in call 1)
-    python bundle_size.py estimate PRESET PART_MIB CAP_MIB UNIT=PATH...   sampled xz estimate per unit
+    python bundle_size.py estimate PART_MIB CAP_MIB < LINES   "unit stored deflated xz1" per line -> table
 
-The estimate compresses evenly spaced 4 MiB samples of each large member (an eighth of its bytes, at
-least six samples) with the preset the build uses and applies each member's ratio to its whole size;
-members under 16 MiB (and every member's tar header) are compressed together in full, or in twelve
-samples where they add up to more than 48 MiB. Samples are compressed one by one, so
-matches across samples are lost, and a library's parts compress unevenly: scripts/device/README.md has
-the estimate against the real xz of the 0.5.17 bundle's units.
+The estimate scales each unit's whole xz -1 size by what -1 -> -9 (-9e for FA3) did to the 0.5.17
+bundle's units, whose xz sizes are known (scripts/device/README.md has the figures). Samples of a unit
+compressed at -9 predicted the 0.5.17 FA3 library's xz between half and one and a half times its real
+size (its parts compress unevenly), so nothing here samples. The wheels' own deflate, kept members
+only, is exact: what the bundle would be without recompression.
 """
 
 import json
-import lzma
-import math
 import os
 import sys
-import zipfile
 
 MIB = 1024 * 1024
-SAMPLE = 4 * MIB
-LARGE = 16 * MIB
 
 
 def calls(sizes, cap):
@@ -66,70 +59,22 @@ def pieces(nbytes, part):
     return [part] * full + ([rest] if rest else [])
 
 
-def _filters(preset):
-    level = int(preset.strip("-e"))
-    return [{"id": lzma.FILTER_LZMA2, "preset": level | (lzma.PRESET_EXTREME if preset.endswith("e") else 0)}]
+# xz -9 / xz -1 over the 0.5.17 bundle's core (its wheels, stored), and xz -9e / xz -1 over its FA3
+# library: a unit of Python wheels and one of CUDA kernels
+SCALE = {"wheels": float(os.environ.get("XZ9_PER_XZ1", "0.823")),
+         "kernels": float(os.environ.get("XZ9E_PER_XZ1_FA3", "0.598"))}
 
 
-def _xz_len(data, filters):
-    return len(lzma.compress(data, format=lzma.FORMAT_XZ, filters=filters))
-
-
-def _sampled(read_at, size, filters, k):
-    """Compressed-size estimate of ``size`` bytes from ``k`` evenly spaced samples."""
-    if size <= SAMPLE * k:
-        return _xz_len(read_at(0, size), filters)
-    step = (size - SAMPLE) // (k - 1)
-    raw = comp = 0
-    for i in range(k):
-        chunk = read_at(i * step, SAMPLE)
-        raw += len(chunk)
-        comp += _xz_len(chunk, filters)
-    return size * comp / raw
-
-
-def _members(path):
-    """(name, size, reader) of every file in a unit: a folder of wheels (their members) or a single file."""
-    if os.path.isfile(path):
-        def read(off, n, p=path):
-            with open(p, "rb") as f:
-                f.seek(off)
-                return f.read(n)
-        yield os.path.basename(path), os.path.getsize(path), read
-        return
-    for whl in sorted(os.listdir(path)):
-        z = zipfile.ZipFile(os.path.join(path, whl))
-        for info in z.infolist():
-            if info.is_dir():
-                continue
-
-            def read(off, n, z=z, name=info.filename):
-                with z.open(name) as f:  # stored members: seek is cheap
-                    f.seek(off)
-                    return f.read(n)
-            yield f"{whl}:{info.filename}", info.file_size, read
-
-
-def estimate_unit(path, preset, coverage=8):
-    """(stored bytes, estimated xz bytes) of a unit; large members sampled over 1/``coverage`` of their bytes."""
-    filters = _filters(preset)
-    raw = est = 0.0
-    small = []
-    for name, size, read in _members(path):
-        raw += size
-        small.append(tar_header(name))  # the tar's headers go with the small members
-        if size >= LARGE:
-            est += _sampled(read, size, filters, max(6, math.ceil(size / (coverage * SAMPLE))))
-        else:
-            small.append(read(0, size))
-    blob = b"".join(small)
-    est += _sampled(lambda off, n: blob[off:off + n], len(blob), filters, 12)
-    return int(raw), int(est)
-
-
-def tar_header(name):
-    """A stand-in for a member's 512-byte tar header: its name, zero-padded."""
-    return name.encode()[:512].ljust(512, b"\0")
+def estimate(rows):
+    """[(unit, stored, deflated, xz1, estimated xz)] of "unit stored deflated xz1" lines."""
+    out = []
+    for line in rows:
+        if not line.strip():
+            continue
+        unit, stored, deflated, xz1 = line.split()
+        scale = SCALE["kernels" if unit == "fa3" else "wheels"]
+        out.append((unit, int(stored), int(deflated), int(xz1), int(int(xz1) * scale)))
+    return out
 
 
 def main(argv):
@@ -149,22 +94,18 @@ def main(argv):
             print(f"call {i:2d} ({mib:5.1f} MiB): " + json.dumps([f"{folder}/{n}" for n in call]))
         return 0
     if argv[0] == "estimate":
-        preset, part, cap = argv[1], int(float(argv[2]) * MIB), float(argv[3]) * MIB
-        every = []
-        total_raw = total_est = 0
-        print(f"{'unit':8s} {'stored MiB':>11s} {'xz MiB (est)':>13s} {'ratio':>6s} {'pieces':>6s}")
-        for spec in argv[4:]:
-            unit, path = spec.split("=", 1)
-            unit_preset = "-9e" if unit == "fa3" else preset
-            raw, est = estimate_unit(path, unit_preset)
-            parts = pieces(est, part)
-            every += parts
-            total_raw += raw
-            total_est += est
-            print(f"{unit:8s} {raw / MIB:11.1f} {est / MIB:13.1f} {est / raw:6.3f} {len(parts):6d}  (xz {unit_preset})")
-        print(f"total    {total_raw / MIB:11.1f} {total_est / MIB:13.1f} {total_est / total_raw:6.3f} {len(every):6d}")
-        print(f"estimate: {len(every)} pieces, {total_est / MIB:.0f} MiB: {calls(every, cap)} calls of at most "
-              f"{argv[3]} MiB of pieces ({math.ceil(total_est / cap)} if pieces packed perfectly)")
+        part, cap = int(float(argv[1]) * MIB), float(argv[2]) * MIB
+        rows = estimate(sys.stdin)
+        print(f"{'unit':8s} {'stored':>8s} {'deflate':>8s} {'xz -1':>8s} {'xz est':>8s}   MiB")
+        for unit, stored, deflated, xz1, est in rows:
+            print(f"{unit:8s} {stored / MIB:8.1f} {deflated / MIB:8.1f} {xz1 / MIB:8.1f} {est / MIB:8.1f}")
+        tot = [sum(r[i] for r in rows) for i in range(1, 5)]
+        print(f"{'total':8s} " + " ".join(f"{t / MIB:8.1f}" for t in tot))
+        for unit, *sizes in rows + [("total", *tot)]:
+            print(f"bytes {unit}: stored {sizes[0]} deflate {sizes[1]} xz-1 {sizes[2]} estimate {sizes[3]}")
+        for what, col in (("as the wheels' deflate (exact)", 2), ("xz -1 (measured)", 3), ("xz as built (estimate)", 4)):
+            ps = [p for r in rows for p in pieces(r[col], part)]
+            print(f"{what}: {len(ps)} pieces, {sum(ps) / MIB:.0f} MiB: {calls(ps, cap)} calls of at most {argv[2]} MiB")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

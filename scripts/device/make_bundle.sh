@@ -28,8 +28,8 @@
 #                  static CUPTI/nvperf archives (for linking, never loaded) and a test library
 # Downloads and compressions are cached in DEVBUNDLE_CACHE (the wrapper's default: ~/.cache/devbundle-vN).
 # DRY_RUN=1 prints the package table and the pip command lines, downloads nothing.
-# ESTIMATE=1 downloads (cached) and re-packs, then estimates each unit's xz size from samples
-#   (bundle_size.py estimate) instead of compressing: the total and the calls, in minutes, not hours.
+# ESTIMATE=1 downloads (cached) and re-packs, then estimates each unit's xz size from a fast whole pass
+#   (xz -1, scaled: bundle_size.py estimate) instead of compressing: the total and the calls in minutes.
 # XZ_PRESET [-9] for the units (fa3 always -9e); CALL_MIB [61]: MiB of pieces one call carries (64 MiB
 # less the tree with bench/results and the weights set aside, aside.sh).
 set -euo pipefail
@@ -134,6 +134,7 @@ for unit, src in wheels:
             if line.startswith(FA3 + ","):
                 b64 = line.split(",")[1].split("=", 1)[1]
                 fa3 = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    deflated = 0  # the kept members as the wheel compressed them: the bundle's size without recompression
     with open(os.path.join(stage, unit, "slimmed.txt"), "a") as dropped, \
             zipfile.ZipFile(os.path.join(stage, unit, "wheels", base), "w", compression=zipfile.ZIP_STORED) as zout:
         rows = []
@@ -143,7 +144,10 @@ for unit, src in wheels:
                 continue
             if drop is not None and drop.match(n):
                 dropped.write(f"{base} {n} {info.file_size}\n")
+                if n == FA3:
+                    open(os.path.join(stage, "fa3.deflated"), "w").write(str(info.compress_size))
                 continue
+            deflated += info.compress_size
             data = zin.read(n)
             put(zout, n, data, info.external_attr)
             rows.append((n, h(data), len(data)))
@@ -153,6 +157,8 @@ for unit, src in wheels:
         text = io.StringIO()
         csv.writer(text, lineterminator="\n").writerows(rows)
         put(zout, rec, text.getvalue().encode(), 0o100644 << 16)
+    with open(os.path.join(stage, unit, "deflated"), "a") as f:
+        f.write(f"{deflated}\n")
 print(fa3)
 PYEOF
 )
@@ -169,11 +175,19 @@ PYEOF
 }
 
 if [ -n "${ESTIMATE:-}" ]; then
-  SPECS=()
-  for unit in $UNITS; do SPECS+=("$unit=$STAGE/$unit/wheels"); done
-  if [ "$WANT_FA3" = 1 ]; then fa3_so > "$STAGE/flash_ops.abi3.so"; SPECS+=("fa3=$STAGE/flash_ops.abi3.so"); fi
-  echo "== estimate (sampled xz $XZ_PRESET; nothing compressed whole, nothing written to $OUT)"
-  "$PY" "$HERE/bundle_size.py" estimate "$XZ_PRESET" "$PART_MIB" "$CALL_MIB" "${SPECS[@]}"
+  # Each unit whole through xz -1 (fast), scaled by what -1 -> -9 (-9e for FA3) did to the 0.5.17 bundle's
+  # units (scripts/device/README.md); the wheels' own deflate is the exact bound without recompression.
+  echo "== estimate: each unit through xz -1, scaled to $XZ_PRESET (nothing written to $OUT)"
+  {
+    for unit in $UNITS; do
+      echo "$unit $(du -sb "$STAGE/$unit/wheels" | cut -f1) $(awk '{s += $1} END {print s}' "$STAGE/$unit/deflated") $(
+        tar -cf - -C "$STAGE/$unit" wheels | xz -T0 -1 -c | wc -c)"
+    done
+    if [ "$WANT_FA3" = 1 ]; then
+      echo "fa3 $(fa3_so | wc -c) $(cat "$STAGE/fa3.deflated") $(fa3_so | xz -T0 -1 -c | wc -c)"
+    fi
+  } > "$STAGE/estimate.txt"
+  "$PY" "$HERE/bundle_size.py" estimate "$PART_MIB" "$CALL_MIB" < "$STAGE/estimate.txt"
   exit 0
 fi
 

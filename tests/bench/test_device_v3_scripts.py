@@ -10,11 +10,12 @@
   The six GPU checks themselves (import, matmul, Triton, FA3, CUDA graph, NCCL) need the GPU: not run here.
 """
 
-import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
@@ -216,16 +217,32 @@ def test_the_plan_carries_every_piece_once_within_the_call_limits():
         bundle_size.plan([("p", mib)] * 3, 61 * mib, small=[f"u{i}.sha256" for i in range(6)])
 
 
-def test_the_estimate_is_exact_where_it_compresses_whole_and_near_one_on_random_bytes(tmp_path):
-    small = tmp_path / "small.bin"
-    small.write_bytes(b"abc" * 100_000)
-    raw, est = bundle_size.estimate_unit(str(small), "-9")
-    assert raw == 300_000
-    assert est == len(lzma.compress(bundle_size.tar_header("small.bin") + small.read_bytes(), preset=9))
-    noise = tmp_path / "noise.bin"
-    noise.write_bytes(os.urandom(20 * 2 ** 20))  # over 16 MiB: sampled
-    raw, est = bundle_size.estimate_unit(str(noise), "-9")
-    assert raw == 20 * 2 ** 20 and 1.0 <= est / raw < 1.01
+def test_the_estimate_scales_xz_1_by_kind_and_counts_calls_for_each_column():
+    rows = bundle_size.estimate(["core 1000 600 500\n", "fa3 3000 900 800\n", "\n"])
+    assert rows == [("core", 1000, 600, 500, int(500 * bundle_size.SCALE["wheels"])),
+                    ("fa3", 3000, 900, 800, int(800 * bundle_size.SCALE["kernels"]))]
+
+
+@needs_tools
+def test_estimate_mode_measures_each_unit_and_writes_nothing(bundle, tmp_path):
+    out, _ = bundle
+    cache = out.parent / "cache"
+    env = {**os.environ, "DEVBUNDLE_CACHE": str(cache), "ESTIMATE": "1", "PART_MIB": "1", "CALL_MIB": "3",
+           "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(DEVICE / "make_bundle_v3.sh"), str(tmp_path / "none")], env=env,
+                          capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (tmp_path / "none").exists() or not any((tmp_path / "none").iterdir())
+    got = dict(re.findall(r"^bytes (\w+): stored \d+ deflate (\d+) ", done.stdout, re.M))
+    assert set(got) == set(UNITS + ["fa3", "total"])
+    # deflate: the stand-in wheels' own compressed members, less what the bundle drops (torch's protoc)
+    want = 0
+    for whl in ("torch-2.14.1-py3-none-any.whl", "torchvision-0.29.1-py3-none-any.whl"):
+        with zipfile.ZipFile(cache / "wheels" / whl) as z:
+            want += sum(i.compress_size for i in z.infolist()
+                        if not i.filename.endswith("RECORD") and i.filename != "torch/bin/protoc")
+    assert int(got["torch"]) == want
+    assert "xz as built (estimate): " in done.stdout and "as the wheels' deflate (exact): " in done.stdout
 
 
 def test_select_installs_always_and_older_min_and_notes_what_it_shadows():
