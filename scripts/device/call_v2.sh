@@ -93,7 +93,7 @@ if [ -z "$DRY" ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
   if { [ "$SUB" = correct ] || [ "$SUB" = ab ] || [ "$SUB" = profile ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
-    echo "FA3 is not installed on this machine yet: carry the rest of .devbundle-v2/fa3.part* first"; exit 1
+    echo "FA3 is not installed on this machine yet: carry the rest of the bundle's fa3.part* first"; exit 1
   fi
 fi
 mkdir -p "$R"
