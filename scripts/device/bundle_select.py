@@ -49,7 +49,7 @@ def _machine_version(name):
 def main(argv):
     if argv[0] == "--line":  # the one line setup says, from the notes main() appended
         with open(argv[1]) as f:
-            print(shadow_line([line.strip() for line in f if line.strip()]))
+            print(shadow_line(list(dict.fromkeys(line.strip() for line in f if line.strip()))))
         return 0
     manifest, shadows_out = argv
     with open(manifest) as f:

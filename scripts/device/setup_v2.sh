@@ -95,13 +95,11 @@ for unit in $UNITS; do
   fi
 done
 cat "$SITE/.devbundle/shadows.new" >> "$SITE/.devbundle/shadows.txt" && rm -f "$SITE/.devbundle/shadows.new"
-if [ "$NEW" = 1 ]; then
-  say "bundle $("$PY" "$HERE/bundle_select.py" --line "$SITE/.devbundle/shadows.txt")"
-fi
 if [ -n "$WAITING" ]; then
   say "setup: waiting for unit(s)$WAITING: nothing checked until every unit is in (setup done in $(( $(date +%s) - T0 ))s)"
   exit 0
 fi
+[ "$NEW" = 1 ] && say "bundle $("$PY" "$HERE/bundle_select.py" --line "$SITE/.devbundle/shadows.txt")"
 
 # ---- fa3 -------------------------------------------------------------------------------------
 FA3_SO=$SITE/sgl_kernel/flash_ops.abi3.so
