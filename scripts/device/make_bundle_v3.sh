@@ -10,7 +10,7 @@
 # Downloads and compressions are cached in ${DEVBUNDLE_CACHE:-~/.cache/devbundle-v3}.
 #
 # CUDA libraries (torch 2.14.1's Requires-Dist against torch 2.11.0's, which put the machine's there;
-# each symbol torch 2.14.1's libraries import checked against the machine's versions' exports, nm -D):
+# each symbol torch 2.14.1's libraries import checked against the machine's versions' exports, lib_symbols.py):
 #   NCCL 2.28.9 -> 2.30.7          travels: libtorch_cuda.so imports 11 symbols 2.28.9 lacks
 #                                  (ncclCommGrow, ncclCommSuspend, ncclSignal, ...): torch would not load
 #   cuDNN 9.19.0.56 (9.24.0.43)    stays: every symbol torch imports is there; torch's own version check

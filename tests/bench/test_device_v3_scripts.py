@@ -284,3 +284,28 @@ def test_the_library_check_says_where_each_library_came_from_and_names_a_missing
                                       "[library libtorch_cuda.so] [symbol ncclCommGrow]")
     assert check_libs_v3.summary([("import", True, ""), ("fa3", None, "")]) == (0, "libs ok: 1 of 2 checks (fa3 waiting)")
     assert check_libs_v3.summary([("import", True, ""), ("nccl", False, "x")]) == (1, "libs FAIL: nccl")
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("cc", "nm")), reason="needs a C compiler and nm")
+def test_lib_symbols_names_what_a_library_imports_that_the_older_version_lacks(tmp_path):
+    import lib_symbols
+
+    def build(name, source, *link):
+        (tmp_path / f"{name}.c").write_text(source)
+        out = tmp_path / name / f"{name}.so"
+        out.parent.mkdir()
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(tmp_path / f"{name}.c"), *link], check=True)
+        whl = tmp_path / f"{name}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(whl, "w") as z:
+            z.write(out, f"pkg/lib/{name}.so")
+        return whl
+
+    old = build("libold", "int nccl_a(void){return 1;}\n")
+    new = build("libnew", "int nccl_a(void){return 1;}\nint nccl_grow(void){return 2;}\n")
+    user = build("libuser", "int nccl_a(void); int nccl_grow(void);\nint use(void){return nccl_a()+nccl_grow();}\n",
+                 "-L" + str(tmp_path / "libnew"), "-l:libnew.so")
+    done = subprocess.run([sys.executable, str(DEVICE / "lib_symbols.py"), str(user), str(old), str(new)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "libnew-1.0-py3-none-any.whl: 2 symbols imported; libold-1.0-py3-none-any.whl lacks 1: nccl_grow"
+    assert lib_symbols.missing({"a", "b", "c"}, {"a"}, {"a", "b"}) == ({"a", "b"}, ["b"])
