@@ -53,6 +53,7 @@
 #   JIT_BACK=1  also return SGLang's and flashinfer's JIT caches ($OUT/jit-cache.tar.xz)
 #   PROFILE_STEPS [24], LOAD_QUESTIONS [512: conversations of the load], PROFILE_EOS [unset: replies run
 #               MAX_NEW long; 1: they may stop at EOS]   (profile; PARALLEL [64], MAX_NEW [256] as above)
+#   SGLANG_BUNDLE [v2]  v3: SGLang 0.5.23 (make_bundle_v3.sh's bundle, setup_v3.sh, /tmp/site-v3)
 #   DRY_RUN=1   no setup, no servers: print and check what would run (the CPU test)
 # Results: $OUT/<subcommand>.tgz (e2e.json or ab.json, report.md, the probe's counts, server logs)
 set -uo pipefail
@@ -67,6 +68,8 @@ case "$SUB" in correct|backends|profile) DEF_S=420 ;; ab) DEF_S=480 ;; prepare) 
 V2_S=${V2_S:-$DEF_S}
 # The call's own limit is 600 s: leave a minute for setup, teardown and packing, or nothing comes back.
 [[ "$V2_S" =~ ^[0-9]+$ ]] && [ "$V2_S" -le 540 ] || { echo "V2_S=$V2_S: want whole seconds, at most 540" >&2; exit 2; }
+[ "${SGLANG_BUNDLE:-v2}" = v3 ] && export DEVBUNDLE_SITE=${DEVBUNDLE_SITE:-/tmp/site-v3}
+case "${SGLANG_BUNDLE:-v2}" in v2|v3) ;; *) echo "SGLANG_BUNDLE=$SGLANG_BUNDLE: want v2 or v3" >&2; exit 2 ;; esac
 V2_ROOT=${V2_ROOT:-/tmp/v2}
 R=$V2_ROOT/$SUB${AB_TAG:+-$AB_TAG}
 PY=${PYTHON:-python3}
@@ -90,7 +93,7 @@ if [ -z "$DRY" ]; then
     echo "no testbed weights in this call or on this machine: carry them (tracked files) for '$SUB'"; exit 1
   fi
   if { [ "$SUB" = correct ] || [ "$SUB" = ab ] || [ "$SUB" = profile ]; } && [ ! -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
-    echo "FA3 is not installed on this machine yet: carry the rest of .devbundle-v2/fa3.part* first"; exit 1
+    echo "FA3 is not installed on this machine yet: carry the rest of the bundle's fa3.part* first"; exit 1
   fi
 fi
 mkdir -p "$R"

@@ -3,9 +3,12 @@
 #
 # Installs the SGLang 0.5.17 bundle of make_bundle_v2.sh from whichever pieces are in BUNDLE
 # (default /tmp/devbundle-v2) into SITE (default /tmp/site-v2), once per machine and piece set.
-# The pieces a call carries in the checkout's .devbundle-v2/ are first copied to BUNDLE: a carried
-# folder is replaced by every call, so the pieces of earlier calls live on the machine, not there.
-#   core    all core.partNN of core.sha256 here -> verified, unpacked, pip install --target SITE
+# The pieces a call carries in the checkout's CARRY_DIR (.devbundle-v2/) are first copied to BUNDLE: a
+# carried folder is replaced by every call, so the pieces of earlier calls live on the machine, not there.
+#   units   BUNDLE_UNITS [core]: for each, all UNIT.partNN of UNIT.sha256 here -> verified, unpacked,
+#           pip install --target SITE (bundle_select.py: which wheels, and what they shadow, said in
+#           one line). A unit not complete: an error, or with SETUP_WAIT_FOR_PARTS=1 said and waited for
+#           (nothing past the units runs until all are in)
 #   fa3     all fa3.partNN of fa3.sha256 here   -> verified, SITE/sgl_kernel/flash_ops.abi3.so
 #           (some parts only: said so; the fa3 backend waits for a later call that brings the rest)
 #   plugin  this checkout, registered in SITE as the distribution sglang-eagle-paged (its
@@ -14,19 +17,23 @@
 #           A carried .whl/ (PKG_SOURCE=wheel) is installed instead.
 #   extra   BUNDLE/extra/*.whl, if any (a wheel added after the core was built), once per machine
 # then writes SITE/.devbundle/env.sh (PYTHONPATH, offline Hugging Face, CUDA_HOME and the JIT
-# toolchain work-arounds) and, after a new install, checks the imports SGLang serves with.
-# SETUP_V2_IMPORT_CHECK=0 skips that check (the CPU test of this script); PYTHON picks python.
+# toolchain work-arounds; SETUP_ENV_EXTRA appended) and, after a new install, runs SETUP_PRECHECK (if
+# set) and checks the imports SGLang serves with. setup_v3.sh runs this for the 0.5.23 bundle.
+# SETUP_V2_IMPORT_CHECK=0 skips both checks (the CPU test of this script); PYTHON picks python.
 set -uo pipefail
 LOG=${1:-/dev/stdout}
 B=${BUNDLE:-/tmp/devbundle-v2}
 SITE=${DEVBUNDLE_SITE:-/tmp/site-v2}
+CARRIED=${CARRY_DIR:-.devbundle-v2}
+UNITS=${BUNDLE_UNITS:-core}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PY=${PYTHON:-python3}
 PKG_SOURCE=${PKG_SOURCE:-link}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_NO_INDEX=1
 T0=$(date +%s)
 mkdir -p "$SITE/.devbundle"
 say() { echo "$*" | tee -a "$LOG"; }
-die() { say "setup_v2: $*"; exit 1; }
+die() { say "$(basename "$0" .sh): $*"; exit 1; }
 
 # pieces_ready NAME: 0 when every part listed in NAME.sha256 is here with its hash; prints why not.
 pieces_ready() {
@@ -46,55 +53,53 @@ pieces_ready() {
 joined() { awk '$1 == "part" {print $2}' "$B/$1.sha256" | sed "s|^|$B/|" | xargs cat; }
 
 mkdir -p "$B"
-for f in .devbundle-v2/core.* .devbundle-v2/fa3.*; do [ -f "$f" ] && cp -f "$f" "$B/"; done
-if [ -d .devbundle-v2/extra ]; then mkdir -p "$B/extra" && cp -f .devbundle-v2/extra/*.whl "$B/extra/" 2>/dev/null; fi
+for f in "$CARRIED"/*.part* "$CARRIED"/*.sha256; do [ -f "$f" ] && cp -f "$f" "$B/"; done
+if [ -d "$CARRIED/extra" ]; then mkdir -p "$B/extra" && cp -f "$CARRIED"/extra/*.whl "$B/extra/" 2>/dev/null; fi
 
 NEW=0
-# ---- core ------------------------------------------------------------------------------------
-if cmp -s "$B/core.sha256" "$SITE/.devbundle/core.sha256" 2>/dev/null && [ -f "$SITE/.devbundle/manifest.txt" ]; then
-  say "core: installed on this machine already"
-elif why=$(pieces_ready core); then
-  want=$(awk '$1 == "tar" {print $2}' "$B/core.sha256")
-  TMP=$(mktemp -d)
-  trap 'rm -rf "$TMP"' EXIT
-  joined core > "$TMP/core.tar"
-  [ "$(sha256sum < "$TMP/core.tar" | cut -d' ' -f1)" = "$want" ] || die "core: the joined parts do not give core.tar's sha256"
-  tar -xf "$TMP/core.tar" -C "$TMP" && rm "$TMP/core.tar"
-  "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$TMP/wheels.tar.xz" "$TMP" \
-    || die "core: wheels.tar.xz does not unpack"
-  (cd "$TMP" && sha256sum -c --quiet SHA256SUMS) || die "core: a wheel's checksum does not match SHA256SUMS"
-  # policy "always": install; "min:V": only where the machine lacks the package or has it older.
-  SEL=$("$PY" - "$TMP/manifest.txt" <<'PYEOF'
-import sys
-from importlib.metadata import PackageNotFoundError, version
-from packaging.version import Version
-for line in open(sys.argv[1]):
-    f, name, ver, policy = line.split()[:4]
-    if f == "slimmed":
-        continue
-    try:
-        have = version(name)
-    except PackageNotFoundError:
-        have = None
-    if policy.startswith("min:") and have is not None and Version(have) >= Version(policy[4:]):
-        print(f"   keep machine {name}=={have} (bundle has {ver})", file=sys.stderr)
-        continue
-    if have is not None and have != ver:
-        print(f"   shadow machine {name}=={have} with {ver}", file=sys.stderr)
-    print(f)
-PYEOF
-  ) || die "core: reading manifest.txt failed"
-  say "core: pip install --target $SITE: $(echo "$SEL" | wc -w) wheels"
-  (cd "$TMP/wheels" && "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $SEL) \
-    >> "$LOG" 2>&1 || die "core: pip install failed (see $LOG)"
-  cp "$TMP/manifest.txt" "$TMP/fa3.expected" "$SITE/.devbundle/"
-  cp "$B/core.sha256" "$SITE/.devbundle/core.sha256"
-  rm -f "$SITE/.devbundle/fa3.sha256"  # a new core holds no FA3 library
-  rm -rf "$TMP"; trap - EXIT
-  NEW=1
-else
-  die "core: not installed and not installable here ($why)"
+WAITING=""
+: > "$SITE/.devbundle/shadows.new"
+# ---- the wheel units (core; setup_v3.sh: torch nccl triton core) -------------------------------
+for unit in $UNITS; do
+  if cmp -s "$B/$unit.sha256" "$SITE/.devbundle/$unit.sha256" 2>/dev/null && [ -f "$SITE/.devbundle/manifest-$unit.txt" ]; then
+    say "$unit: installed on this machine already"
+  elif why=$(pieces_ready "$unit"); then
+    want=$(awk '$1 == "tar" {print $2}' "$B/$unit.sha256")
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP"' EXIT
+    joined "$unit" > "$TMP/$unit.tar"
+    [ "$(sha256sum < "$TMP/$unit.tar" | cut -d' ' -f1)" = "$want" ] || die "$unit: the joined parts do not give $unit.tar's sha256"
+    tar -xf "$TMP/$unit.tar" -C "$TMP" && rm "$TMP/$unit.tar"
+    "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$TMP/wheels.tar.xz" "$TMP" \
+      || die "$unit: wheels.tar.xz does not unpack"
+    (cd "$TMP" && sha256sum -c --quiet SHA256SUMS) || die "$unit: a wheel's checksum does not match SHA256SUMS"
+    # policy "always": install; "min:V": only where the machine lacks the package or has it older.
+    SEL=$("$PY" "$HERE/bundle_select.py" "$TMP/manifest.txt" "$SITE/.devbundle/shadows.new") \
+      || die "$unit: reading manifest.txt failed"
+    say "$unit: pip install --target $SITE: $(echo "$SEL" | wc -w) wheels"
+    (cd "$TMP/wheels" && "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $SEL) \
+      >> "$LOG" 2>&1 || die "$unit: pip install failed (see $LOG)"
+    cp "$TMP/manifest.txt" "$SITE/.devbundle/manifest-$unit.txt"
+    if [ "$unit" = core ]; then
+      cp "$TMP/manifest.txt" "$TMP/fa3.expected" "$SITE/.devbundle/"
+      rm -f "$SITE/.devbundle/fa3.sha256"  # a new core holds no FA3 library
+    fi
+    cp "$B/$unit.sha256" "$SITE/.devbundle/$unit.sha256"
+    rm -rf "$TMP"; trap - EXIT
+    NEW=1
+  elif [ "${SETUP_WAIT_FOR_PARTS:-0}" = 1 ]; then
+    WAITING="$WAITING $unit"
+    say "$unit: waiting for the rest of its pieces ($why)"
+  else
+    die "$unit: not installed and not installable here ($why)"
+  fi
+done
+cat "$SITE/.devbundle/shadows.new" >> "$SITE/.devbundle/shadows.txt" && rm -f "$SITE/.devbundle/shadows.new"
+if [ -n "$WAITING" ]; then
+  say "setup: waiting for unit(s)$WAITING: nothing checked until every unit is in (setup done in $(( $(date +%s) - T0 ))s)"
+  exit 0
 fi
+[ "$NEW" = 1 ] && say "bundle $("$PY" "$HERE/bundle_select.py" --line "$SITE/.devbundle/shadows.txt")"
 
 # ---- fa3 -------------------------------------------------------------------------------------
 FA3_SO=$SITE/sgl_kernel/flash_ops.abi3.so
@@ -183,6 +188,7 @@ ENVF=$SITE/.devbundle/env.sh
   # FA3 from sgl_kernel, never the kernels hub (no network there); 0.5.17's default, said aloud
   echo "export SGLANG_USE_SGL_FA3_KERNEL=1"
   echo "export SGLANG_ENABLE_JIT_DEEPGEMM=0"
+  [ -z "${SETUP_ENV_EXTRA:-}" ] || echo "$SETUP_ENV_EXTRA"
 } > "$ENVF"
 command -v ninja >/dev/null 2>&1 || {
   d=$("$PY" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) && echo "export PATH=$d:\$PATH" >> "$ENVF"; }
@@ -212,6 +218,11 @@ else
 fi
 
 # ---- import check, after a new install -------------------------------------------------------
+# SETUP_PRECHECK: a script run first, in the bundle's environment (setup_v3.sh: the CUDA-library check)
+if [ "$NEW" = 1 ] && [ "${SETUP_V2_IMPORT_CHECK:-1}" = 1 ] && [ -n "${SETUP_PRECHECK:-}" ]; then
+  ( source "$ENVF"; "$PY" $SETUP_PRECHECK ) 2>&1 | tee -a "$LOG" | grep -E "^(ok|wait|FAIL|cuda libs|libs )" ; [ "${PIPESTATUS[0]}" = 0 ] \
+    || die "$SETUP_PRECHECK failed (see $LOG)"
+fi
 if [ "$NEW" = 1 ] && [ "${SETUP_V2_IMPORT_CHECK:-1}" = 1 ]; then
   ( source "$ENVF"; "$PY" - "$SITE" ) >> "$LOG" 2>&1 <<'PYEOF' || die "import check failed (see $LOG)"
 import importlib, os, sys, time

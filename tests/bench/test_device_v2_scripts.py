@@ -53,6 +53,7 @@ def _wheel(path: Path, dist: str, version: str, files: dict) -> None:
 def _packages() -> list:
     text = (DEVICE / "make_bundle_v2.sh").read_text()
     block = text.split("PKGS=$(cat <<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    block += "\n" + (DEVICE / "bundle_server_pkgs.txt").read_text()  # the rows it shares with make_bundle_v3.sh
     return [line.split() for line in block.splitlines() if line.strip()]
 
 
