@@ -35,6 +35,11 @@ FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # the page table from the CPU lengths by other rules (seq_lens_cpu always; a device read where it is
 # None) than 0.5.17's.
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
+# Where the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT) is proven on SGLang's own code
+# (tests/adapters/v2/test_dense_draft.py on 0.5.23 and 0.5.17, test_dense_rounds.py and
+# test_dense_hooks.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
+# prepare_for_draft, the index kernel's positional page_size) are those of 0.5.17 .. 0.5.23.
+DENSE_DRAFT_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.
 OLDEST = V1_PATCHED[0]
@@ -121,6 +126,13 @@ def fa3_fused_v2_problem(version: str | None = None) -> str | None:
     installed); else why ``fused`` replaces only the expand builder there, in one line."""
     return _unproven(version, FA3_FUSED_V2_PROVEN, "SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook",
                      "only the expand builder is replaced (as with =expand)")
+
+
+def dense_draft_problem(version: str | None = None) -> str | None:
+    """None where the dense draft layout is proven for ``version`` (default: installed); else why the
+    setting does nothing there, in one line."""
+    return _unproven(version, DENSE_DRAFT_PROVEN, "SGLANG_EAGLE_PAGED_DENSE_DRAFT",
+                     "SGLang's per-branch layout and reserve serve")
 
 
 def patched_release(version: str | None = None) -> str | None:

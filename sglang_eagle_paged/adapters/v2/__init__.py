@@ -55,6 +55,10 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
     if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
         out += fa3_in_place_hooks(version)
+    if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.dense_draft:
+        from . import dense_draft
+
+        out += [Hook(target, fn, kind, required) for target, fn, kind, required in dense_draft.hooks(version)]
     if isinstance(settings_or_mode, Settings):  # on and fake alike, as on v1: an A/B differs by the copy only
         from . import fa3_replay
 
