@@ -4,8 +4,8 @@ requests without SGLang retracting any, at each page size asked.
 SGLang's v2 worker keeps a reserve free for every running request at each decode step
 (:mod:`sglang_eagle_paged.kv_reserve`); with topk > 1 it is whole pages for every draft branch, so a
 pool that serves page 1 can retract at page 64. Beside it, the same for the dense draft layout (page
-1's slots at every page size; ``docs/design.md``, "Page > 1 in page 1's memory": studied, not yet
-served by the plugin). Pure arithmetic: no SGLang import, no GPU.
+1's slots at every page size; ``docs/design.md``, "Page > 1 in page 1's memory": opt-in with
+``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` for flashinfer and triton). Pure arithmetic: no SGLang import, no GPU.
 """
 
 import argparse
@@ -53,6 +53,6 @@ def run(args) -> int:
     print(table(args))
     print("\nA smaller pool retracts requests under that load; a larger --max-running-requests needs "
           "proportionally more (README: Page size and KV memory). The dense columns: the draft slots laid out "
-          "as page 1 lays them out (docs/design.md, 'Page > 1 in page 1's memory'); studied, not yet served, "
-          "so a server reserves the first three columns' figures.")
+          "as page 1 lays them out (SGLANG_EAGLE_PAGED_DENSE_DRAFT=1, flashinfer and triton draft backends; "
+          "docs/design.md, 'Page > 1 in page 1's memory'); without it a server reserves the first three columns' figures.")
     return 0

@@ -8,8 +8,8 @@ at ``L + t*steps + s`` (``L``: the committed length), as SGLang's page-1 path do
 study of what in SGLang 0.5.13 .. 0.5.23 knows the per-branch layout, and what must change, is
 ``docs/design.md``, "Page > 1 in page 1's memory".
 
-This module holds the two pieces the study found SGLang cannot be told through its own
-arguments, as pure functions proven on SGLang's own code (``tests/adapters/v2/test_dense_draft.py``):
+The two pieces SGLang cannot be told through its own arguments, proven on its own code
+(``tests/adapters/v2/test_dense_draft.py``, ``test_dense_rounds.py``, ``test_dense_hooks.py``):
 
 - :func:`dense_out_cache_loc`: the draft's write slots in the dense layout (what replaces the
   paged branch's gather in ``prepare_for_draft``);
