@@ -36,8 +36,8 @@ FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # None) than 0.5.17's.
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Where the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT) is proven on SGLang's own code
-# (tests/adapters/v2/test_dense_draft.py on 0.5.23 and 0.5.17, test_dense_rounds.py and
-# test_dense_hooks.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
+# (tests/adapters/v2/test_dense_draft.py and test_dense_hooks.py on 0.5.23 and 0.5.17,
+# test_dense_rounds.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
 # prepare_for_draft, the index kernel's positional page_size) are those of 0.5.17 .. 0.5.23.
 DENSE_DRAFT_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,

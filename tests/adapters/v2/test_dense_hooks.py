@@ -2,7 +2,8 @@
 reserve, SGLang's own ``prepare_for_draft`` (paged branch) and the index kernel of triton's and
 flashinfer's draft backends, the decision per process from the draft worker SGLang built, and the
 fault rule of the slot gather. The readers' and the rounds' proofs are test_dense_draft.py and
-test_dense_rounds.py; here, that the hooks put them where SGLang calls them."""
+test_dense_rounds.py; here, that the hooks put them where SGLang calls them. Runs on 0.5.23 and
+0.5.17 (whose sizing reads the server arguments it is given instead of a runtime context)."""
 
 import logging
 from types import SimpleNamespace
@@ -12,13 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 sizing = pytest.importorskip("sglang.srt.mem_cache.allocation_sizing")
 ewc = pytest.importorskip("sglang.srt.speculative.eagle_worker_common")
-pytest.importorskip("sglang.srt.mem_cache.kv_index_translator")  # 0.5.23's readers
 
 from sglang.srt.layers.attention import flashattention_backend as fa3b  # noqa: E402
 from sglang.srt.layers.attention import flashinfer_backend as fib  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.runtime_context import create_context, use_context  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang.srt.speculative import eagle_worker_v2, multi_layer_eagle_worker_v2  # noqa: E402
 
@@ -84,14 +83,20 @@ def test_the_reserve_is_page_1s_once_the_plan_is_on(installed, caplog):
     args = ServerArgs(model_path="dummy", device="cpu", page_size=64, speculative_algorithm="EAGLE",
                       speculative_eagle_topk=8, speculative_num_steps=5, speculative_num_draft_tokens=64,
                       speculative_draft_model_path="dummy")
-    with use_context(create_context(args, role="test")):
-        assert sizing.get_alloc_reserve_per_decode() == 2048  # before any draft worker: SGLang's (row widths)
+    try:  # 0.5.23: a runtime context; 0.5.17 takes the server arguments
+        from sglang.srt.runtime_context import create_context, use_context
+        context, reserve = use_context(create_context(args, role="test")), sizing.get_alloc_reserve_per_decode
+    except ImportError:
+        from contextlib import nullcontext
+        context, reserve = nullcontext(), lambda: sizing.get_alloc_reserve_per_decode(args)
+    with context:
+        assert reserve() == 2048  # before any draft worker: SGLang's (row widths)
         worker = _worker(case, _triton(case))
         worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 8, 5, 64
         with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
             assert dense_draft.decide(worker)
             assert dense_draft.decide(worker)  # once per process
-        assert sizing.get_alloc_reserve_per_decode() == 128
+        assert reserve() == 128
     lines = [r.getMessage() for r in caplog.records if "dense draft" in r.getMessage()]
     assert len(lines) == 1 and "128 KV slots reserved" in lines[0] and "instead of 2,048" in lines[0]
 
