@@ -34,7 +34,8 @@ from sglang.srt.layers.attention import flashinfer_backend as fib  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # noqa: E402
 
-from helpers.draft_tree import HEAD_DIM, HEADS, UNALLOCATED, make_case, plain_translator  # noqa: E402
+from helpers.draft_tree import (  # noqa: E402
+    HEAD_DIM, HEADS, UNALLOCATED, draft_forward_batch, make_case, plain_translator)
 from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
 from sglang_eagle_paged.adapters.v2.dense_draft import (  # noqa: E402
     DenseDraftIndices, dense_out_cache_loc, dense_positions)
@@ -125,13 +126,7 @@ def _multi_step_backend(cls, case, page):
     return be
 
 
-def _forward_batch(case, prep):
-    return SimpleNamespace(
-        batch_size=case.bs, seq_lens=case.seq_lens.clone(), seq_lens_cpu=case.seq_lens.clone(),
-        seq_lens_sum=int(case.seq_lens.sum()), req_pool_indices=case.req_pool_indices.clone(),
-        positions=prep.positions, kv_loc_plan=None, out_cache_loc=prep.out_cache_loc,
-        spec_info=SimpleNamespace(kv_indptr=None, kv_indices=None, window_kv_indptr=None,
-                                  window_kv_indices=None, is_draft_input=lambda: True))
+_forward_batch = draft_forward_batch
 
 
 def _lists(reader, case, prep, page, dense, monkeypatch):
