@@ -124,7 +124,18 @@ def doctor_lines(settings_or_mode) -> list:
         out.append(("fa3 metadata", _fa3_metadata_line(settings_or_mode, version)))
         if mode is Mode.ON:
             out.append(("fa3 in place", _fa3_in_place_line(settings_or_mode.fa3_in_place, version)))
+            out.append(("dense draft", _dense_draft_line(settings_or_mode.dense_draft, version)))
     return out
+
+
+def _dense_draft_line(asked: bool, version) -> str:
+    from ... import releases, settings
+
+    if not asked:
+        return f"off ({settings.DENSE_DRAFT} unset: SGLang's per-branch draft layout and reserve)"
+    problem = releases.dense_draft_problem(version)
+    return problem if problem else (f"asked ({settings.DENSE_DRAFT}): page 1's draft slots and reserve where the "
+                                    "draft worker's backend is flashinfer's or triton's (decided at start-up, one line)")
 
 
 def _fa3_metadata_line(s: Settings, version) -> str:
