@@ -28,18 +28,6 @@ def _fail(message: str):
     raise SystemExit(f"[sglang-eagle-paged] {message} (set {settings.MODE}=off to run stock SGLang)")
 
 
-def _record_gc(s: settings.Settings) -> None:
-    # A benchmark's diagnostic, in every mode; it must never keep a server from starting.
-    if not s.gc_stats_dir:
-        return
-    try:
-        from .bench import gc_stats
-
-        gc_stats.install(s.gc_stats_dir)
-    except Exception as exc:  # noqa: BLE001
-        logger.warning("[sglang-eagle-paged] garbage-collection record not installed: %s", exc)
-
-
 def _refuse(s: settings.Settings, problem: str) -> None:
     """This SGLang cannot be served: stop start-up if the mode was asked for, else stay inert."""
     if s.mode_explicit:
@@ -57,7 +45,6 @@ def register() -> None:
         s = settings.current()
     except settings.SettingsError as exc:
         _fail(str(exc))
-    _record_gc(s)
     version = releases.installed_version()
     if s.mode is settings.Mode.OFF:
         logger.info("[sglang-eagle-paged] %s=off: stock SGLang %s", settings.MODE, version)

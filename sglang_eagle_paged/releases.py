@@ -29,12 +29,15 @@ V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
 # scripts/test.sh runs it on the ends (0.5.23, and 0.5.17, the GPU machine's release),
 # scripts/check_fa3_proofs.sh on 0.5.18 .. 0.5.22 (not in CI). Elsewhere the setting does nothing.
 FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
-# Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused) is proven on v2
-# against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py), on the same releases through
-# the same two scripts; elsewhere on v2 only the expand builder is replaced. 0.5.13 and 0.5.15 size
-# the page table from the CPU lengths by other rules (seq_lens_cpu always; a device read where it is
-# None) than 0.5.17's.
+# Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND, unset or fused) is proven on
+# v2 against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py), on the same releases through
+# the same two scripts; elsewhere on v2 an explicit fused replaces only the expand builder and the
+# unset default keeps SGLang's builders. 0.5.13 and 0.5.15 bound the draft page table by other rules
+# (FA3_FUSED_V2_WHY_NOT), which the fused writer does not reproduce, and setup_cpu.sh pins no CPU
+# environment for them, so no proof runs there.
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
+FA3_FUSED_V2_WHY_NOT = ("before 0.5.17 SGLang bounds the draft page table by the CPU lengths (a device read "
+                        "where they are missing), which the fused writer does not reproduce")
 # Where the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT) is proven on SGLang's own code
 # (tests/adapters/v2/test_dense_draft.py and test_dense_hooks.py on 0.5.23 and 0.5.17,
 # test_dense_rounds.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
@@ -107,11 +110,12 @@ def support(version: str | None = None, *, check_hook_points=None) -> Support:
     return Support(version, "v2", "plugin" if tested else "untested")
 
 
-def _unproven(version, proven, what: str, instead: str) -> str | None:
+def _unproven(version, proven, what: str, instead: str, why: str | None = None) -> str | None:
     version = installed_version() if version is None else version
     if version is not None and _within(Version(version), proven):
         return None
-    return f"{what} does nothing on SGLang {version}: proven on {proven[0]} .. {proven[1]} only; {instead}"
+    because = f" ({why})" if why and version is not None and Version(version) < proven[0] else ""
+    return f"{what} does nothing on SGLang {version}: proven on {proven[0]} .. {proven[1]} only{because}; {instead}"
 
 
 def fa3_in_place_problem(version: str | None = None) -> str | None:
@@ -121,11 +125,16 @@ def fa3_in_place_problem(version: str | None = None) -> str | None:
                      "fa3 copies the prefix tail as before")
 
 
-def fa3_fused_v2_problem(version: str | None = None) -> str | None:
+def fa3_fused_v2_problem(version: str | None = None, explicit: bool = True) -> str | None:
     """None where the fused FA3 draft replay metadata is proven for v2 ``version`` (default:
-    installed); else why ``fused`` replaces only the expand builder there, in one line."""
-    return _unproven(version, FA3_FUSED_V2_PROVEN, "SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook",
-                     "only the expand builder is replaced (as with =expand)")
+    installed); else, in one line, why it does not serve there and what does: with
+    ``SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`` set (``explicit``) the expand builder alone is replaced,
+    with it unset SGLang's own builders serve."""
+    if explicit:
+        return _unproven(version, FA3_FUSED_V2_PROVEN, "SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook",
+                         "only the expand builder is replaced (as with =expand)", FA3_FUSED_V2_WHY_NOT)
+    return _unproven(version, FA3_FUSED_V2_PROVEN, "the fused FA3 draft metadata (the v2 default)",
+                     "SGLang's own FA3 metadata builders serve", FA3_FUSED_V2_WHY_NOT)
 
 
 def dense_draft_problem(version: str | None = None) -> str | None:

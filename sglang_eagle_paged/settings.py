@@ -7,11 +7,12 @@ User settings:
 - ``SGLANG_EAGLE_PAGED_CHECK_PREFIX``: the debug check that a step leaves every prefix's KV as it was.
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
-``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on v1; ``off`` on v2, opt-in until a GPU run
-has measured it there: :func:`Settings.fa3_expand_for`), ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off
-by default until the GPU has proven it), ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft
-layout and reserve at page > 1, flashinfer and triton; off by default, CPU-proven, GPU pending), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
-``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``, ``SGLANG_EAGLE_PAGED_GC_STATS``. Tools:
+``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
+``releases.FA3_FUSED_V2_PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
+``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md),
+``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft layout and reserve at page > 1, flashinfer and
+triton; off by default, CPU-proven, GPU pending), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
 Booleans take ``1/on/true/yes`` and ``0/off/false/no`` (any case); unset or empty is the
@@ -32,11 +33,9 @@ FA3_IN_PLACE = "SGLANG_EAGLE_PAGED_FA3_IN_PLACE"
 DENSE_DRAFT = "SGLANG_EAGLE_PAGED_DENSE_DRAFT"
 VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
 DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
-GC_STATS = "SGLANG_EAGLE_PAGED_GC_STATS"
 SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
-ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, DENSE_DRAFT, VERIFY_FREE, DIRECT_LAUNCH, GC_STATS,
-            SMOLLM2_DIR)
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, DENSE_DRAFT, VERIFY_FREE, DIRECT_LAUNCH, SMOLLM2_DIR)
 # Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
 # which start-up says in one line (unused_by).
 V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, VERIFY_FREE)
@@ -65,9 +64,10 @@ class FA3Expand(str, Enum):
     OFF = "off"        # SGLang's own builders
 
 
-# SGLANG_EAGLE_PAGED_FA3_EXPAND unset: v1's replacements are measured on a GPU (docs/performance.md);
-# v2's are proven on the CPU against SGLang's own builders but not yet measured, so opt-in there.
-FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.OFF}
+# SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the fused replay metadata on both generations, each measured on
+# a GPU against SGLang's own builders (docs/performance.md). On v2 releases outside
+# releases.FA3_FUSED_V2_PROVEN the unset default keeps SGLang's builders (adapters/v2/fa3_replay.chosen).
+FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.FUSED}
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,10 @@ class Settings:
     allow_triton: bool = False
     check_prefix: bool = False
     fa3_expand: FA3Expand | None = None  # None: unset, the generation's default (fa3_expand_for)
-    fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (CPU-proven, GPU pending)
+    fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (opt-in: docs/configuration.md)
     dense_draft: bool = False  # v2: the draft slots and reserve of page 1 at page > 1 (CPU-proven, GPU pending)
     verify_free: bool = True
     direct_launch: bool = True
-    gc_stats_dir: str | None = None
     smollm2_dir: str | None = None
 
     @property
@@ -126,7 +125,6 @@ def parse(env=None) -> Settings:
     env = os.environ if env is None else env
     # 1/on/0/off: the spellings FA3_EXPAND took before it had a fused mode
     fa3_aliases = {**dict.fromkeys(_TRUE, "expand"), **dict.fromkeys(_FALSE, "off")}
-    gc_dir = (env.get(GC_STATS) or "").strip()
     return Settings(
         mode=_choice(env, MODE, Mode, Mode.ON),
         mode_explicit=bool(_raw(env, MODE)),
@@ -137,7 +135,6 @@ def parse(env=None) -> Settings:
         dense_draft=_bool(env, DENSE_DRAFT, False),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
-        gc_stats_dir=gc_dir or None,
         smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,
     )
 

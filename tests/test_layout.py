@@ -14,12 +14,12 @@ SERVING = ["plugin", "settings", "releases", "hooks"] + [
     for p in (PKG / sub).rglob("*.py") if p.name != "__init__.py"]
 
 
-def _imports(path: pathlib.Path, module: str) -> set:
-    """Package modules imported by ``path`` at module level (not inside functions)."""
+def _imports(path: pathlib.Path, module: str, anywhere: bool = False) -> set:
+    """Package modules imported by ``path`` at module level (``anywhere``: inside functions too)."""
     tree = ast.parse(path.read_text())
     package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
     out = set()
-    for node in tree.body:
+    for node in ast.walk(tree) if anywhere else tree.body:
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -77,15 +77,49 @@ def test_the_circle_finder_finds_circles():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_module_level_import_circles():
+def _modules() -> dict:
     modules = {}
     for path in PKG.rglob("*.py"):
         parts = path.relative_to(PKG.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def test_no_module_level_import_circles():
+    modules = _modules()
     graph = {m: {t for t in _imports(p, m) if t in modules and t != m} for m, p in modules.items()}
     cycle = _cycles(graph)
     assert not cycle, cycle
+
+
+def test_the_benchmarks_have_no_circle_not_even_through_imports_inside_functions():
+    # An import put inside a function to dodge a circle is still a circle: both modules need each
+    # other. (The adapters' packages import their parts lazily by design: SGLang's modules load late.)
+    modules = {m: p for m, p in _modules().items() if m.startswith("sglang_eagle_paged.bench")}
+    graph = {m: {t for t in _imports(p, m, anywhere=True) if t in modules and t != m} for m, p in modules.items()}
+    cycle = _cycles(graph)
+    assert not cycle, cycle
+
+
+def test_no_serving_module_imports_the_benchmarks_anywhere():
+    # Not at module level, not inside a function: the serving code never reaches the benchmarks.
+    modules = _modules()
+    serving = {m: p for m, p in modules.items() if m.removeprefix("sglang_eagle_paged.") in SERVING
+               or m == "sglang_eagle_paged"}
+    assert len(serving) > 20
+    bad = {m: sorted(t for t in _imports(p, m, anywhere=True) if t.startswith("sglang_eagle_paged.bench"))
+           for m, p in serving.items()}
+    assert not {m: t for m, t in bad.items() if t}, bad
+
+
+def test_the_package_benchmark_is_what_a_user_runs_and_no_more():
+    """The user's benchmark stays small (issue 53: about 3k lines, at most ~3.5k); the lab's tools
+    (profilers, samplers, sweeps, soak and stress drivers, micro-benchmarks) live in bench/ beside
+    bench/results/, outside the wheel."""
+    files = sorted((PKG / "bench").rglob("*.py"))
+    lines = sum(len(p.read_text().splitlines()) for p in files)
+    assert lines <= 3500, lines
+    assert len(files) <= 13, [p.name for p in files]
 
 
 def test_every_module_of_the_package_imports():

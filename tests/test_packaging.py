@@ -39,10 +39,32 @@ def plugin_wheel(tmp_path_factory) -> Path:
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "sglang_eagle_paged", src / "sglang_eagle_paged",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    # the lab beside the package (its recordings left out: large, and data either way), so that a
+    # packaging rule that picked it up would show in the wheel
+    shutil.copytree(REPO / "bench", src / "bench", ignore=shutil.ignore_patterns("__pycache__", "results"))
     out = tmp_path_factory.mktemp("wheel")
     _pip("wheel", "--no-deps", "-q", str(src), "-w", str(out))
     (wheel,) = out.glob("sglang_eagle_paged-*.whl")
     return wheel
+
+
+# What a user runs against their own server (issue 53): the benchmark, the A/B and its pooling, KV
+# sizing, reports and plots, serve-default and the statistics; nothing of the project's own GPU
+# investigations (bench/ at the top of the checkout: sweeps, profilers, samplers, soak and stress
+# drivers, micro-benchmarks), nor the device probes.
+USER_BENCHMARK = {"__init__", "ab", "ab_pool", "configs", "default_run", "kv_sizing", "mtbench", "report", "server",
+                  "server_log", "stats", "triton_cache"}
+LAB = {p.stem for p in (REPO / "bench").rglob("*.py")} - {"__init__"}
+
+
+def test_the_wheel_holds_the_users_benchmark_and_no_investigation_tool(plugin_wheel):
+    names = zipfile.ZipFile(plugin_wheel).namelist()
+    bench = {n.rsplit("/", 1)[1].removesuffix(".py") for n in names if n.startswith("sglang_eagle_paged/bench/")}
+    assert bench == {f"{m}" for m in USER_BENCHMARK}, bench
+    assert not [n for n in names if n.startswith(("bench/", "scripts/", "tests/"))]
+    stems = {n.rsplit("/", 1)[-1].removesuffix(".py") for n in names if n.endswith(".py")}
+    assert len(LAB) > 15 and not (stems & (LAB | {"gc_stats", "sync_probe", "round_marks", "sitecustomize"})), \
+        stems & LAB
 
 
 def test_wheel_leaves_out_the_testbed_weights(plugin_wheel):

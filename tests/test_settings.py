@@ -9,13 +9,13 @@ from sglang_eagle_paged.settings import FA3Expand, Mode, SettingsError, parse
 def test_defaults():
     s = parse({})
     assert (s.mode, s.mode_explicit, s.allow_triton, s.check_prefix) == (Mode.ON, False, False, False)
-    assert (s.fa3_expand, s.verify_free, s.direct_launch, s.gc_stats_dir) == (None, True, True, None)
+    assert (s.fa3_expand, s.verify_free, s.direct_launch) == (None, True, True)
 
 
 def test_fa3_expand_defaults_to_fused_on_v1_and_off_on_v2_unless_set():
     s = parse({})
     assert (s.fa3_expand_for("v1"), s.fa3_expand_for("v2"), s.fa3_expand_explicit) == (
-        FA3Expand.FUSED, FA3Expand.OFF, False)
+        FA3Expand.FUSED, FA3Expand.FUSED, False)
     for raw, want in (("fused", FA3Expand.FUSED), ("expand", FA3Expand.EXPAND), ("off", FA3Expand.OFF)):
         s = parse({settings.FA3_EXPAND: raw})
         assert s.fa3_expand_for("v1") is want and s.fa3_expand_for("v2") is want and s.fa3_expand_explicit
@@ -70,11 +70,6 @@ def test_settings_the_v2_adapter_never_reads_are_named():
 
 def test_fa3_in_place_is_off_by_default():  # until the GPU has proven it (issue 38)
     assert parse({}).fa3_in_place is False
-
-
-def test_gc_stats_is_a_directory_or_nothing():
-    assert parse({settings.GC_STATS: " /tmp/gc "}).gc_stats_dir == "/tmp/gc"
-    assert parse({settings.GC_STATS: ""}).gc_stats_dir is None
 
 
 def test_serving_parses_once_per_process(monkeypatch):

@@ -4,12 +4,8 @@
 # interval over rounds (sglang_eagle_paged/bench/ab.py). One pair per GPU, the GPUs side by side.
 #   AB_MODEL=large   the 8B-shaped dummy pair (run call_core.sh first), 128 tokens, ignore_eos
 #   AB_MODEL=testbed the trained 16M pair (carry its weights as tracked files), 256 tokens
-#   AB_PIN=1         each server and the client on CPUs of their own (bench/cpu_pinning.py)
 #   AB_SETTLE=N      uncounted passes of the measured workload per side before round 0 (default 1)
-#   AB_SWAP=1        with AB_PIN: the two sides exchange their CPU sets every round
-#   AB_ISOLATE=1     with AB_PIN: each server's scheduler thread on a CPU of its own
 #   AB_FREEZE_GC=1   SGLang's /freeze_gc on both servers after warm-up (garbage collection out of the passes)
-#   AB_GC_RECORD=1   every server records its garbage collections; each counted pass keeps their time
 #   AB_SET=controls  the testbed's control pairs: on_p1:on_p1_r2 (A/A), nospec_p1:nospec_p64, on_p1_k1:on_p64_k1
 #   MAX_NEW=1        the per-request probe: prefill, draft extend and finish, no verify round
 # carry: .whl .devbundle/extra                  Results: $OUT/ab.tgz (ab.json, ab.md, ab.png, logs)
@@ -29,7 +25,7 @@ fi
 timeout -s INT ${AB_S:-500} python3 -m sglang_eagle_paged.bench.ab "${MODEL[@]}" \
   --pairs ${AB_PAIRS:-on_p1:on_p64,on_p1:on_p128} --rounds ${ROUNDS:-3} --questions ${QUESTIONS:-48} \
   --parallel 16 --parallel1-questions ${P1_QUESTIONS:-0} --warmup 8 --gpus $GPUS --mem-fraction 0.4 \
-  --settle-passes ${AB_SETTLE:-1} ${AB_PIN:+--pin-cpus} ${AB_SWAP:+--swap-cpus} ${AB_ISOLATE:+--isolate-scheduler} ${AB_FREEZE_GC:+--freeze-gc} ${AB_GC_RECORD:+--gc-record} --out /tmp/ab > $OUT/ab.log 2>&1
+  --settle-passes ${AB_SETTLE:-1} ${AB_FREEZE_GC:+--freeze-gc} --out /tmp/ab > $OUT/ab.log 2>&1
 echo "ab rc=$?"; tail -12 $OUT/ab.log
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 (cd /tmp/ab && tar czf $OUT/ab.tgz --exclude=triton_cache .)

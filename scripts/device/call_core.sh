@@ -16,7 +16,7 @@ GPUS=$(nvidia-smi -L | wc -l)
 # kernels (run 3's): setup.sh unpacks it. SKIP_KERNELS=1 leaves out the kernel benchmarks;
 # KERN_ARGS=--quick runs fewer copy shapes.
 [ -n "${SKIP_FI_WARM:-}" ] || ( export CUDA_VISIBLE_DEVICES=$(( GPUS - 1 )) MAX_JOBS=${FI_JOBS:-28}
-  timeout -s INT ${FI_S:-360} python3 -m sglang_eagle_paged.bench.e2e --set extended --only fi_on_p1,fi_on_p64 \
+  timeout -s INT ${FI_S:-360} python3 -m bench.e2e --set extended --only fi_on_p1,fi_on_p64 \
     --load-format dummy --target sglang_eagle_paged/testbed/target --draft sglang_eagle_paged/testbed/draft \
     --questions 2 --warmup 0 --max-new 16 --concurrency 2 --out /tmp/fiwarm > $R/flashinfer_warm.log 2>&1
   echo "flashinfer warm-up rc=$?" >> $R/flashinfer_warm.log ) &
@@ -29,7 +29,7 @@ pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 [ -n "${SKIP_FI_WARM:-}" ] || tar cf - -C ~/.cache flashinfer | xz -T0 > $OUT/flashinfer-jit-cache.tar.xz
 export CUDA_VISIBLE_DEVICES=0
 if [ -z "${SKIP_KERNELS:-}" ]; then
-  timeout ${KERN_S:-200} python3 -m sglang_eagle_paged.bench.kernels --out $R ${KERN_ARGS:-} > $R/bench_kernels.log 2>&1
+  timeout ${KERN_S:-200} python3 -m bench.kernels --out $R ${KERN_ARGS:-} > $R/bench_kernels.log 2>&1
   echo "bench_kernels rc=$?" | tee -a $OUT/log.txt
 fi
 if [ -z "${SKIP_UPSTREAM:-}" ]; then  # SGLang's own example, for ratios from one run (run 2 has it)

@@ -16,7 +16,7 @@ source scripts/device/prelude.sh
 # page-64 host time goes); e.g. LARGE_ONLY=on_p1,on_p64 LARGE_STACK=1 LARGE_S=300 QUESTIONS=16.
 [ -z "${SKIP_LARGE:-}" ] || { echo "FA3 installed; 8B run skipped"; exit 0; }
 GPUS=$(nvidia-smi -L | wc -l)
-timeout -s INT ${LARGE_S:-480} python3 -m sglang_eagle_paged.bench.e2e --no-margins --set large \
+timeout -s INT ${LARGE_S:-480} python3 -m bench.e2e --no-margins --set large \
   --target /tmp/models/target --draft /tmp/models/draft --load-format dummy --out /tmp/large \
   --questions ${QUESTIONS:-32} --max-new 128 --ignore-eos --parallel 16 --parallel1-questions 4 \
   --warmup 8 --concurrency ${LARGE_CONCURRENCY:-16} --gpus $GPUS --mem-fraction 0.88 \

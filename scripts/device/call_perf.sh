@@ -10,7 +10,7 @@
 source scripts/device/prelude.sh
 [ -f /tmp/testbed/target/model.safetensors ] || { echo "no testbed weights in this call"; exit 1; }
 GPUS=$(nvidia-smi -L | wc -l)
-timeout -s INT ${PERF_S:-500} python3 -m sglang_eagle_paged.bench.e2e --no-margins --set extended \
+timeout -s INT ${PERF_S:-500} python3 -m bench.e2e --no-margins --set extended \
   --only nospec_p1,on_p1,on_p16,on_p64,on_p128 --target /tmp/testbed/target --draft /tmp/testbed/draft \
   --out /tmp/perf --questions ${QUESTIONS:-80} --max-new ${MAX_NEW:-256} --parallel 16 \
   --parallel1-questions ${P1_QUESTIONS:-16} --warmup 16 --concurrency 8 --gpus $GPUS \

@@ -157,7 +157,7 @@ N_CONFIGS=$(tr ',' '\n' <<< "$BENCH_ONLY" | grep -c .)
 # 65,536 retracted hundreds of times (run 21).
 # The chat template is the target's, applied client-side (--tokenizer; without it the runner sends
 # the plain "User:/Assistant:" prompt, which a chat model answers worse than it is used).
-run timeout -s INT "$BENCH_S" python3 -m sglang_eagle_paged.bench.e2e --set extended --only "$BENCH_ONLY" \
+run timeout -s INT "$BENCH_S" python3 -m bench.e2e --set extended --only "$BENCH_ONLY" \
   --target "$WORK/target" --draft "$HEAD" --tokenizer "$WORK/target" --out "$BENCH" \
   --questions 80 --max-new 256 --parallel 16 --parallel1-questions "$P1_QUESTIONS" --warmup 16 \
   --concurrency "$N_CONFIGS" --gpus "$GPUS" --max-total-tokens "$KV" --mem-fraction 0.8 > "$OUT/bench.log" 2>&1

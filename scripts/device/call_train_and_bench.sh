@@ -10,5 +10,5 @@ timeout 400 python3 scripts/device/make_testbed.py /tmp/testbed --target-seconds
 echo "testbed rc=$?" | tee -a $OUT/log.txt; tail -15 $OUT/testbed.log
 if [ -d /tmp/testbed/target ]; then tar cf - -C /tmp testbed | split -b 15M - $OUT/testbed.tar.part; fi
 mkdir -p $OUT/kern
-timeout 240 python3 -m sglang_eagle_paged.bench.kernels --out $OUT/kern >> $OUT/log.txt 2>&1; echo "bench rc=$?" | tee -a $OUT/log.txt
+timeout 240 python3 -m bench.kernels --out $OUT/kern >> $OUT/log.txt 2>&1; echo "bench rc=$?" | tee -a $OUT/log.txt
 tail -40 $OUT/log.txt

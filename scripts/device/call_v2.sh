@@ -109,7 +109,7 @@ RC=0
 # measure FILTER ARGS...: the Python step under the time limit, its log kept, the lines that matter shown
 measure() {
   local filter=$1; shift
-  timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.v2_run "$@" $DRY > "$R/run.log" 2>&1
+  timeout -s INT "$V2_S" "$PY" -m bench.v2_run "$@" $DRY > "$R/run.log" 2>&1
   RC=$?
   grep -E "$filter|rror" "$R/run.log" | tail -40
   [ "$RC" = 0 ] || { echo "--- the end of $R/run.log (rc $RC)"; tail -8 "$R/run.log"; }
@@ -125,7 +125,7 @@ case "$SUB" in
           echo "doctor rc=$?" >> "$R/doctor.txt"; } &
       fi
       if [ "${SMOKE:-1}" = 1 ] && [ -f "${DEVBUNDLE_SITE:-/tmp/site-v2}/sgl_kernel/flash_ops.abi3.so" ]; then
-        timeout 420 "$PY" -m sglang_eagle_paged.bench.smoke --load-format dummy --log-dir "$R/smoke" \
+        timeout 420 "$PY" -m bench.smoke --load-format dummy --log-dir "$R/smoke" \
           --target sglang_eagle_paged/testbed/target --draft sglang_eagle_paged/testbed/draft > "$R/smoke.txt" 2>&1
         RC=$?; tail -30 "$R/smoke.txt"
       fi
@@ -150,8 +150,8 @@ case "$SUB" in
       --triton-seed "$V2_ROOT/ab-*/*/logs/triton_cache/*" ${AB_UNTIL:+--until-pct "$AB_UNTIL"} \
       $(for p in ${AB_PRIOR:-}; do printf -- '--prior %s ' "$p"; done) ;;
   prepare)
-    if [ -n "$DRY" ]; then echo "prepare: $PY -m sglang_eagle_paged.bench.prepare_v2 --out $R"
-    else timeout -s INT "$V2_S" "$PY" -m sglang_eagle_paged.bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1
+    if [ -n "$DRY" ]; then echo "prepare: $PY -m bench.prepare_v2 --out $R"
+    else timeout -s INT "$V2_S" "$PY" -m bench.prepare_v2 --out "$R" > "$R/run.log" 2>&1
          RC=$?; grep "^|" "$R/run.log"; [ "$RC" = 0 ] || tail -8 "$R/run.log"; fi ;;
   profile)
     # py-spy, where a call carried its wheel (.devbundle-v2/extra/py_spy-*.whl; setup_v2.sh installs it)
@@ -170,7 +170,7 @@ echo "$SUB rc=$RC after $(( $(date +%s) - T0 ))s"
 [ -n "$DRY" ] && exit "$RC"
 pkill -9 -f "sglang.launch_server|sglang::" 2>/dev/null
 if [ "$SUB" = correct ] || [ "$SUB" = backends ]; then
-  "$PY" -m sglang_eagle_paged.bench.v2_report "$R" > /dev/null 2> "$R/report.err" && sed -n '/## Greedy/,$p' "$R/report.md" | head -60
+  "$PY" -m bench.v2_report "$R" > /dev/null 2> "$R/report.err" && sed -n '/## Greedy/,$p' "$R/report.md" | head -60
 fi
 if [ "$SUB" = profile ]; then
   [ -f "$R/profile.md" ] && sed -n '/^## nostack/,/^## [a-z0-9_]*, /p' "$R/profile.md" | head -60

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sglang_eagle_paged.bench import cpu_pinning  # noqa: E402
+from bench import cpu_pinning  # noqa: E402
 from sglang_eagle_paged.bench.server import ServerProcess  # noqa: E402
 
 

@@ -10,69 +10,37 @@ Here both servers of a pair live on the same GPU for the whole measurement (half
 each; the idle one sleeps on its socket). Passes alternate in ABBA order, round after
 round, so a drift of the machine over time loads both sides alike. The ratio B/A is taken
 per round (the two passes of a round are adjacent), and its geometric mean comes with a
-95% t-interval over rounds. A verdict says "B >= A" only when the whole interval is at or
-above 1.
+95% t-interval over rounds (:mod:`.stats`). A verdict says "B >= A" only when the whole interval is
+at or above 1, "level" only when it lies within +-3%. A pair is refused, with the line named, when
+either server's KV pool differs from the other's or either logged one of the plugin's fault lines
+(:func:`refuse_faults`): its figure would measure memory or SGLang's fallback, not the path.
 
   python -m sglang_eagle_paged.bench.ab --set large --pairs on_p1:on_p64,on_p1:on_p128 \\
       --target T --draft D --load-format dummy --ignore-eos --rounds 3 --questions 48 --gpus 2 --out DIR
 """
 
+import glob
 import json
 import math
+import statistics
 import threading
 import time
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .e2e import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, log_end,
-                  retractions_of, server_args, warmup_mixes)
-from . import cpu_pinning, kv_sizing, triton_cache
-from . import gc_stats, proc_cpu
-from .gpu_sampler import GpuSampler
+from . import kv_sizing, triton_cache
+from .ab_pool import UntilResolved, load_prior
+from .configs import (_warmup_questions, add_set_and_model_args, add_workload_args, configs_of, launch, server_args,
+                      warmup_mixes)
 from .mtbench import Client, in_flight, in_flight_note, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
-
-# Two-sided 95% quantiles of Student's t by degrees of freedom (1-20); 1.96 beyond 30.
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086]
-
-
-def t95(df: int) -> float:
-    if df < 1:
-        return math.inf
-    if df <= len(_T95):
-        return _T95[df - 1]
-    return 2.042 if df <= 30 else 1.96
-
+from .server_log import faults, log_end, since as log_since, text_since
+from .stats import ratio_stats
 
 def pass_order(rounds: int) -> list:
     """(round, side) in ABBA order: A B, B A, A B, ... ."""
     return [(r, side) for r in range(rounds) for side in (("A", "B") if r % 2 == 0 else ("B", "A"))]
-
-
-def _log_mean_sd(values: list) -> tuple:
-    """Mean and sample standard deviation of the logs of ``values`` (None for one value)."""
-    logs = [math.log(v) for v in values]
-    mean = sum(logs) / len(logs)
-    if len(logs) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
-
-
-def ratio_stats(a: list, b: list) -> dict:
-    """B/A per round, their geometric mean and its 95% t-interval over rounds, and a verdict."""
-    ratios = [y / x for x, y in zip(a, b) if x and y]
-    out = {"rounds": len(ratios), "ratios": [round(r, 4) for r in ratios]}
-    if not ratios:
-        return {**out, "ratio": None, "low": None, "high": None, "verdict": "not measured"}
-    mean, sd = _log_mean_sd(ratios)
-    # one round says nothing about the noise
-    half = t95(len(ratios) - 1) * sd / math.sqrt(len(ratios)) if sd is not None else math.inf
-    low, high = math.exp(mean - half), math.exp(mean + half)
-    verdict = "B >= A" if low >= 1 else "B < A" if high < 1 else "level within the noise"
-    return {**out, "ratio": round(math.exp(mean), 4), "low": round(low, 4),
-            "high": round(high, 4) if math.isfinite(high) else None, "verdict": verdict}
 
 
 def _pass_record(bench: dict, side: str, rnd: int, parallel: int, compiled: dict | None = None,
@@ -101,21 +69,14 @@ def _fit_means(passes: list, side: str) -> dict:
 def pass_spread(values: list) -> float | None:
     """Standard deviation of log throughput over one side's passes, in percent: how far passes of
     one unchanged configuration scatter, the noise the per-round ratios inherit."""
-    measured = [v for v in values if v]
-    sd = _log_mean_sd(measured)[1] if measured else None
-    return round(100 * sd, 2) if sd is not None else None
+    logs = [math.log(v) for v in values if v]
+    return round(100 * statistics.stdev(logs), 2) if len(logs) > 1 else None
 
 
 def _wall_share(passes: list, seconds) -> float | None:
     """Mean over ``passes`` of ``seconds(pass)`` over the pass's wall time, where both are known."""
     shares = [seconds(p) / p["wall_s"] for p in passes if seconds(p) is not None and p.get("wall_s")]
     return sum(shares) / len(shares) if shares else None
-
-
-def _pgid(server) -> int | None:
-    """The server's process group (its own session: every process it forks), None if not running."""
-    proc = getattr(server, "proc", None)
-    return proc.pid if proc is not None else None
 
 
 def _scheduler_s(p: dict) -> float | None:
@@ -160,9 +121,6 @@ def summarize_pair(passes: list) -> dict:
         # and its throughput measured the pool, not the path. None where a side's log was not read.
         retracted = {side: (None if any(by[r, side].get("retractions") is None for r in rounds)
                             else sum(by[r, side]["retractions"] for r in rounds)) for side in ("A", "B")}
-        gc_ms = lambda side: mean([by[r, side]["gc"]["ms"] for r in rounds if by[r, side].get("gc")])  # noqa: E731
-        gc_s = lambda p: p["gc"]["ms"] / 1e3 if p.get("gc") else None  # noqa: E731
-        gc_share = lambda side: _wall_share([by[r, side] for r in rounds], gc_s)  # noqa: E731
         client = lambda side: _wall_share([by[r, side] for r in rounds], lambda p: p.get("client_cpu_s"))  # noqa: E731
         scheduler = lambda side: _wall_share([by[r, side] for r in rounds], _scheduler_s)  # noqa: E731
         gpu = lambda side, key: mean([by[r, side]["gpu"][key] for r in rounds if by[r, side].get("gpu")])  # noqa: E731
@@ -171,8 +129,6 @@ def summarize_pair(passes: list) -> dict:
                          "scheduler_cpu_share_A": scheduler("A"), "scheduler_cpu_share_B": scheduler("B"),
                          "gpu_util_A": gpu("A", "util_pct"), "gpu_util_B": gpu("B", "util_pct"),
                          "sm_mhz_A": gpu("A", "sm_mhz"), "sm_mhz_B": gpu("B", "sm_mhz"),
-                         "gc_ms_A": gc_ms("A"), "gc_ms_B": gc_ms("B"),
-                         "gc_share_A": gc_share("A"), "gc_share_B": gc_share("B"),
                          "errors": sum(p["errors"] or 0 for p in by.values()), **ratio_stats(a, b),
                          **_fit_means(counted, "A"), **_fit_means(counted, "B"),
                          "compiled_A": compiled["A"], "compiled_B": compiled["B"], **compiles,
@@ -182,23 +138,18 @@ def summarize_pair(passes: list) -> dict:
         if retracted["A"] or retracted["B"]:
             out[str(par)].update(ratio_verdict=out[str(par)]["verdict"],
                                  verdict=f"KV-bound: A retracted {retracted['A']}, B {retracted['B']}")
+        # A side whose server logged one of the plugin's fault lines served on SGLang's path from
+        # then on: the figure is not about the path asked for (bench/server_log.py).
+        faulted = {}
+        for side in ("A", "B"):
+            lines = [line for p in by.values() if p["side"] == side for line in p.get("faults") or ()]
+            if lines:
+                faulted[side] = lines[0]
+        if faulted:
+            out[str(par)].update(ratio_verdict=out[str(par)]["verdict"], faults=faulted,
+                                 verdict="refused: " + "; ".join(f"{side} logged {line}"
+                                                                 for side, line in sorted(faulted.items())))
     return out
-
-
-def _place(servers: dict, rnd: int, swap: bool, isolate: bool) -> dict | None:
-    """Each side's CPUs for round ``rnd`` (:func:`cpu_pinning.repin_server`): with ``swap`` the two
-    sides exchange their sets every round, so over an even number of ABBA rounds each ran as long
-    on either set. None when the servers are not pinned or nothing is asked."""
-    sets = {side: getattr(servers[side], "cpus", None) for side in ("A", "B")}
-    if not (swap or isolate) or not all(sets.values()):
-        return None
-    if swap and rnd % 2:
-        sets = {"A": sets["B"], "B": sets["A"]}
-    for side, cpus in sets.items():
-        proc = getattr(servers[side], "proc", None)
-        if proc is not None:
-            cpu_pinning.repin_server(proc.pid, cpus, isolate_scheduler=isolate)
-    return sets
 
 
 def freeze_gc(servers: dict) -> None:
@@ -224,9 +175,10 @@ def kv_pool_tokens(info: dict | None) -> int | None:
 
 
 def equal_kv_pools(pools: dict) -> None:
-    """Refuse a pair whose servers hold KV pools of different sizes. Two servers started together
-    size their pools from the memory free when each profiles it, so the one profiled second can get
-    less and retract requests the other serves: the comparison would measure memory, not the path."""
+    """Refuse a pair whose servers hold KV pools of different sizes. A server sizes its pool from the
+    memory free when it profiles it; B starts after A (:func:`_start_sides`), so where A leaves B too
+    little for the ``--max-total-tokens`` asked, B's pool is smaller and would retract requests A
+    serves: the comparison would measure memory, not the path."""
     known = {side: n for side, n in pools.items() if n is not None}
     if len(set(known.values())) > 1:
         raise RuntimeError(f"unequal KV pools (tokens): {known}; give both servers --max-total-tokens "
@@ -235,15 +187,13 @@ def equal_kv_pools(pools: dict) -> None:
 
 def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, parallel: int,
                   parallel1_questions: int, more_parallel: tuple = (), rounds: int, settle: int, bench_kw: dict, save,
-                  stopping: threading.Event, cache_dirs: dict | None = None, swap_cpus: bool = False,
-                  isolate_scheduler: bool = False, gc_freeze: bool = False, sampler=None, until=None) -> None:
+                  stopping: threading.Event, cache_dirs: dict | None = None, gc_freeze: bool = False, probes=(),
+                  until=None) -> None:
     cache_dirs = cache_dirs or {}
     t0 = time.monotonic()
     pools = {side: kv_pool_tokens(Client(servers[side].base_url).server_info()) for side in ("A", "B")}
     save(lambda: pair.update(kv_pool_tokens=pools))
     equal_kv_pools(pools)
-    # Every process of both servers exists by now (they answered /health): place them for round 0.
-    placed = _place(servers, 0, swap_cpus, isolate_scheduler)
     for side in ("A", "B"):
         for mix, mix_parallel in warmup_mixes(warmup_questions, max((parallel, *more_parallel))):
             run_benchmark(servers[side].base_url, mix, parallel=mix_parallel, **bench_kw)
@@ -266,45 +216,50 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
             settled[side].update(compiled or {})
     if any(settled.values()):
         save(lambda: pair.update(settle_compiled={side: dict(c) for side, c in settled.items() if c}))
-    placed_round = 0
+    refuse_faults(pair, servers, save, "its start-up, warm-up or settling passes")
     for rnd, side in pass_order(rounds):
-        if swap_cpus and placed is not None and rnd != placed_round:
-            placed, placed_round = _place(servers, rnd, swap_cpus, isolate_scheduler), rnd
-        gc_dir = getattr(servers[side], "gc_stats_dir", None)
         for par, qs in levels:
-            gc_before = gc_stats.read_totals(gc_dir) if gc_dir else None
             log = getattr(servers[side], "log_file", None)
             log_start = log_end(log)
-            cpu_before = proc_cpu.snapshot(_pgid(servers[side]))
-            started, wall_start = time.monotonic() - t0, time.time()
+            before = [probe.before(servers[side]) for probe in probes]
+            started = time.monotonic() - t0
             bench = run_benchmark(servers[side].base_url, qs, parallel=par, **bench_kw)
             if stopping.is_set():  # the servers were stopped under this pass: it measured nothing
                 return
             variants[side], compiled, signatures = triton_cache.compiled_since(variants[side], cache_dirs.get(side))
             rec = _pass_record(bench, side, rnd, par, compiled, signatures)
-            rec.update(retractions_of(log, log_start, "this pass"))
+            rec.update(log_since(log, log_start, "this pass"))
             # seconds since the pair was ready: what the passes leave between them shows in the gaps
             rec["start_s"] = round(started, 3)
-            rec["cpu_s"] = proc_cpu.difference(cpu_before, proc_cpu.snapshot(_pgid(servers[side])))
-            if sampler is not None:
-                rec["gpu"] = sampler.between(wall_start, time.time())
-            if placed is not None:
-                rec["cpus"] = placed[side]
-            if gc_dir:
-                time.sleep(gc_stats.WRITE_INTERVAL_S + 0.1)  # the servers rewrite their totals this often
-                rec["gc"] = gc_stats.difference(gc_before, gc_stats.read_totals(gc_dir))
+            for probe, state in zip(probes, before):
+                rec.update(probe.after(servers[side], state))
 
             def record(rec=rec):
                 pair["passes"].append(rec)
                 pair["summary"] = summarize_pair(pair["passes"])
 
             save(record)
+            if rec.get("faults"):
+                refuse_faults(pair, servers, save, "a counted pass")
         if until is not None and side == ("B" if rnd % 2 == 0 else "A"):  # the round's last pass
             resolved = _resolved(pair, until, (parallel, *more_parallel), bench_kw.get("max_new_tokens"),
                                  len(questions))
             if resolved:
                 save(lambda: pair.update(resolved=resolved))
                 return
+
+
+def refuse_faults(pair: dict, servers: dict, save, when: str) -> None:
+    """Refuse the pair (as :func:`equal_kv_pools` does) once either server's log holds one of the
+    plugin's fault lines (:func:`.server_log.faults`): from that line on, SGLang's own path served
+    that server, and a ratio would measure the fallback. The whole log counts: a switch-off during
+    start-up or warm-up holds for every pass after it."""
+    found = {side: faults(text_since(getattr(servers[side], "log_file", None), 0) or "") for side in ("A", "B")}
+    found = {side: lines for side, lines in found.items() if lines}
+    if found:
+        save(lambda: pair.update(faults=found))
+        side, lines = sorted(found.items())[0]
+        raise RuntimeError(f"refused: {side}'s server logged the plugin's fault line during {when}: {lines[0]}")
 
 
 def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> dict | None:
@@ -320,30 +275,40 @@ def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> d
     return found
 
 
-def _run_wave(lanes: list, save, samplers: dict | None = None, **measure_kw) -> None:
-    """Start every server of the wave, then measure each GPU's pair in its own thread; a pair whose
-    server fails to start, or whose measuring raises, records why and the others go on."""
-    everything = [srv for _, servers, _ in lanes for srv in servers.values()]
-    stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
-    try:
-        t0 = time.time()
-        for _, servers, _ in lanes:
-            for srv in servers.values():
-                srv.start()
-        for pair, servers, _ in lanes:
+def _start_sides(lanes: list, t0: float) -> None:
+    """Start the wave's servers side by side (A on every GPU, then B on every GPU), each side only once
+    the one before it on its GPU is ready. A server sizes its KV pool from the memory it finds free
+    while it starts: two starting together on one GPU each count the other's loading as free, and
+    their pools differ by chance (then :func:`equal_kv_pools` refuses the pair); one after the other,
+    the second sees the first whole, and an explicit ``--max-total-tokens`` that both can hold gives
+    equal pools."""
+    for side in ("A", "B"):
+        live = [(pair, servers) for pair, servers, _, _ in lanes if not pair.get("error")]
+        for _, servers in live:
+            servers[side].start()
+        for pair, servers in live:
             try:
-                for srv in servers.values():
-                    srv.wait_ready()
+                servers[side].wait_ready()
                 pair["startup_s"] = round(time.time() - t0, 1)
             except Exception as exc:
                 pair["error"] = f"start: {type(exc).__name__}: {exc}"[:2000]
                 for srv in servers.values():
                     srv.stop()
 
-        def lane(pair, servers, cache_dirs):
+
+def _run_wave(lanes: list, save, **measure_kw) -> None:
+    """Start every server of the wave (:func:`_start_sides`), then measure each GPU's pair in its own
+    thread; a pair whose server fails to start, or whose measuring raises, records why and the others
+    go on."""
+    everything = [srv for _, servers, _, _ in lanes for srv in servers.values()]
+    stopping = threading.Event()  # set once the servers go down (end, or a time limit): lanes record no more
+    try:
+        _start_sides(lanes, time.time())
+
+        def lane(pair, servers, cache_dirs, probes):
             try:
-                _measure_pair(pair, servers, save=save, stopping=stopping, cache_dirs=cache_dirs,
-                              sampler=(samplers or {}).get(pair["gpu"]), **measure_kw)
+                _measure_pair(pair, servers, save=save, stopping=stopping, cache_dirs=cache_dirs, probes=probes,
+                              **measure_kw)
             except Exception as exc:  # keep the other lanes going; the record says why
                 if not stopping.is_set():  # else: its servers were stopped under it (a time limit)
                     pair["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -357,8 +322,8 @@ def _run_wave(lanes: list, save, samplers: dict | None = None, **measure_kw) -> 
                 t.join(timeout=0.2)
     finally:
         stopping.set()
-        for sampler in (samplers or {}).values():
-            sampler.stop()
+        for probe in (probe for *_, probes in lanes for probe in probes):
+            getattr(probe, "close", lambda: None)()
         stop_all(everything)
         save()
 
@@ -368,22 +333,20 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
               more_parallel: tuple = (), ignore_eos: bool = False, warmup: int = 16, max_total_tokens: int = 131072,
               mem_fraction: float = 0.4, load_format: str | None = None, gpus: int = 1,
               question_file: str | None = None, startup_timeout: float = 900.0, triton_seeds=(),
-              pin_cpus: bool = False, settle: int = 1, swap_cpus: bool = False,
-              isolate_scheduler: bool = False, gc_freeze: bool = False, gc_record: bool = False,
-              tokenizer: str | None = None, until=None) -> dict:
+              settle: int = 1, gc_freeze: bool = False, tokenizer: str | None = None, until=None,
+              probes=None) -> dict:
     """Measure every ``(A, B)`` pair of :class:`RunConfig` in turn on one GPU (module docstring).
 
     Pairs are dealt over ``gpus`` GPUs, one pair per GPU at a time; the GPUs run side by side.
-    ``pin_cpus`` gives every server of a wave and this process (the client) CPUs of their own
-    (:mod:`.cpu_pinning`); with it, ``swap_cpus`` exchanges the two sides' sets every round and
-    ``isolate_scheduler`` gives each server's scheduler thread a CPU of its own. ``gc_freeze`` calls
-    :func:`freeze_gc` on both servers of a pair after warm-up; ``gc_record`` has every server record
-    its garbage collections (:mod:`..gc_stats`) and every counted pass keep its servers' share (``gc``).
-    ``settle`` passes of the measured workload per side and parallelism run before round 0 and are
-    not counted. Results go to ``out_dir/ab.json`` after every pass. ``tokenizer``: as in
-    :func:`.e2e.run_configs` (the chat template applied client-side). ``until``
-    (:class:`.ab_pool.UntilResolved`): a pair stops before ``rounds`` once its rounds, pooled with
-    earlier recordings', resolve the interval asked for (``resolved`` in its record).
+    ``gc_freeze`` calls :func:`freeze_gc` on both servers of a pair after warm-up. ``settle`` passes
+    of the measured workload per side and parallelism run before round 0 and are not counted.
+    Results go to ``out_dir/ab.json`` after every pass. ``tokenizer``: the chat template applied
+    client-side. ``until`` (:class:`.ab_pool.UntilResolved`): a pair stops before ``rounds`` once its
+    rounds, pooled with earlier recordings', resolve the interval asked for (``resolved`` in its record).
+    ``probes(out_dir, gpu)``: what else to measure around every counted pass on that GPU (the lab's
+    CPU and GPU samplers, ``bench/ab_probes.py`` at the top of the checkout): objects with
+    ``before(server)`` and ``after(server, state) -> dict`` (merged into the pass's record) and
+    optionally ``close()``.
     """
     if tokenizer:
         require_chat_template(tokenizer)
@@ -393,13 +356,10 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
     questions = sized(all_questions, num_questions)
     warmup_questions = _warmup_questions(all_questions, warmup)
     bench_kw = dict(max_new_tokens=max_new_tokens, progress=False, ignore_eos=ignore_eos, tokenizer=tokenizer)
-    if (swap_cpus or isolate_scheduler) and not pin_cpus:
-        raise ValueError("swap_cpus and isolate_scheduler place pinned servers: they need pin_cpus")
     results = {"rounds": rounds, "parallel": parallel, "more_parallel": list(more_parallel),
                "parallel1_questions": parallel1_questions,
                "num_questions": len(questions), "max_new_tokens": max_new_tokens, "settle_passes": settle,
-               "swap_cpus": swap_cpus, "isolate_scheduler": isolate_scheduler, "gc_freeze": gc_freeze,
-               "gc_record": gc_record, "tokenizer": tokenizer, "pairs": {}}
+               "gc_freeze": gc_freeze, "tokenizer": tokenizer, "pairs": {}}
     if until is not None:
         results["until_half_width"] = until.half_width
     lock = threading.Lock()
@@ -411,32 +371,20 @@ def run_pairs(pairs, *, target: str, draft: str, out_dir: str, rounds: int = 3, 
                 update()
             (out / "ab.json").write_text(json.dumps(results, indent=1))
 
-    own_cpus = cpu_pinning.available()
-    try:
-        for w in range(0, len(pairs), max(1, gpus)):
-            wave = pairs[w:w + max(1, gpus)]
-            cpus = cpu_pinning.plan(own_cpus, 2 * len(wave)) if pin_cpus else None
-            if cpus:
-                results.setdefault("cpu_pinning", []).append(cpus)
-                cpu_pinning.pin(0, cpus["client"])
-            _measure_wave(wave, w, results, out, cpus, save, target=target, draft=draft,
-                          max_total_tokens=max_total_tokens, mem_fraction=mem_fraction, load_format=load_format,
-                          startup_timeout=startup_timeout, triton_seeds=triton_seeds, gc_record=gc_record,
-                          questions=questions,
-                          warmup_questions=warmup_questions, parallel=parallel, more_parallel=tuple(more_parallel),
-                          parallel1_questions=parallel1_questions, rounds=rounds, settle=settle,
-                          bench_kw=bench_kw, swap_cpus=swap_cpus, isolate_scheduler=isolate_scheduler,
-                          gc_freeze=gc_freeze, until=until)
-    finally:
-        if pin_cpus:
-            cpu_pinning.pin(0, own_cpus)
+    for w in range(0, len(pairs), max(1, gpus)):
+        _measure_wave(pairs[w:w + max(1, gpus)], w, results, out, save, target=target, draft=draft,
+                      max_total_tokens=max_total_tokens, mem_fraction=mem_fraction, load_format=load_format,
+                      startup_timeout=startup_timeout, triton_seeds=triton_seeds, probes=probes,
+                      questions=questions, warmup_questions=warmup_questions, parallel=parallel,
+                      more_parallel=tuple(more_parallel), parallel1_questions=parallel1_questions, rounds=rounds,
+                      settle=settle, bench_kw=bench_kw, gc_freeze=gc_freeze, until=until)
     return results
 
 
-def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_total_tokens, mem_fraction,
-                  load_format, startup_timeout, triton_seeds, gc_record=False, **measure_kw) -> None:
+def _measure_wave(wave, first, results, out, save, *, target, draft, max_total_tokens, mem_fraction,
+                  load_format, startup_timeout, triton_seeds, probes=None, **measure_kw) -> None:
     """Launch the pairs of one wave, one per GPU, and measure them side by side."""
-    lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs), one per GPU
+    lanes = []  # (pair record, {"A": server, "B": server}, their Triton cache dirs, probes), one per GPU
     for gpu, (i, (a, b)) in enumerate(enumerate(wave, start=first)):
         pair = results["pairs"][f"{a.name}:{b.name}#{i}"] = {"A": asdict(a), "B": asdict(b), "gpu": gpu,
                                                               "passes": []}
@@ -446,24 +394,12 @@ def _measure_wave(wave, first, results, out, cpus, save, *, target, draft, max_t
             args = server_args(cfg, target, draft, port, max_total_tokens, mem_fraction, load_format)
             args += ["--base-gpu-id", str(gpu)]
             # The idle server of a pair sleeps on its socket (shared_gpu) while the other is timed.
-            server_cpus = cpus["servers"][2 * gpu + (side == "B")] if cpus else None
-            name = f"pair{i}_{side}_{cfg.name}"
-            gc_dir = out / "logs" / "gc" / name if gc_record else None
-            if gc_dir:
-                gc_dir.mkdir(parents=True, exist_ok=True)  # the record writes only into a folder that exists
-            env = {**cfg.env, gc_stats.ENV_VAR: str(gc_dir)} if gc_dir else cfg.env
             servers[side], launched, cache_dirs[side] = launch(
-                replace(cfg, name=name, env=env), args, port=port, log_dir=str(out / "logs"),
-                startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds, cpus=server_cpus)
-            servers[side].gc_stats_dir = gc_dir
-            servers[side].log_file = launched["log"]  # each pass counts the retractions logged during it
-        if cpus:
-            pair["cpus"] = {side: cpus["servers"][2 * gpu + (side == "B")] for side in ("A", "B")}
-        lanes.append((pair, servers, cache_dirs))
-    # each GPU's utilisation and SM clock over every pass, where nvidia-smi exists (.gpu_sampler)
-    samplers = {pair["gpu"]: GpuSampler.start_if_available(out / "logs" / f"gpu{pair['gpu']}_samples.csv",
-                                                           pair["gpu"]) for pair, _, _ in lanes}
-    _run_wave(lanes, save, samplers={g: s for g, s in samplers.items() if s is not None}, **measure_kw)
+                replace(cfg, name=f"pair{i}_{side}_{cfg.name}"), args, port=port, log_dir=str(out / "logs"),
+                startup_timeout=startup_timeout, shared_gpu=True, triton_seeds=triton_seeds)
+            servers[side].log_file = launched["log"]  # each pass reads what the server logged during it
+        lanes.append((pair, servers, cache_dirs, list(probes(out, gpu)) if probes else []))
+    _run_wave(lanes, save, **measure_kw)
 
 
 def _rounds_text(results: dict) -> str:
@@ -494,9 +430,9 @@ def markdown(results: dict) -> str:
              f"{levels}" + _capped_text(results) + (f", {results['parallel1_questions']} at parallel 1"
                                         if results["parallel1_questions"] else "")
              + f", {results['max_new_tokens']} tokens" + _settle_text(results)
-             + "; ratio = geometric mean of B/A per round, 95% t-interval; retractions: the servers' \"KV cache "
-             "pool is full\" lines during the counted passes (a side that retracted measured its KV pool: "
-             "the verdict says KV-bound)",
+             + "; ratio = geometric mean of B/A per round, 95% t-interval; \"level\" only where it lies within "
+             "+-3%; retractions: the servers' \"KV cache pool is full\" lines during the counted passes (a side "
+             "that retracted measured its KV pool: the verdict says KV-bound)",
              "", "| A | B | parallel | A tok/s | B tok/s | B/A | 95% interval | verdict | acceptance A / B | rounds "
              "| retractions A / B |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f="{:.1f}": "-" if v is None else f.format(v)  # noqa: E731
@@ -520,10 +456,10 @@ def markdown(results: dict) -> str:
                               for pair, par, s in stalled) + "."]
     resolved = [(pair, par, r) for pair in results["pairs"].values() for par, r in (pair.get("resolved") or {}).items()]
     if resolved:
-        lines += ["", "Pooled with earlier recordings (the rounds that stopped the pair): "
+        lines += ["", "Pooled with earlier recordings over server pairs (the rounds that stopped the pair): "
                   + "; ".join(f"{pair['A']['name']}:{pair['B']['name']} at parallel {par} {r['ratio']:.3f}x "
                               f"({r['low']:.3f}-{r['high']:.3f}), {r['rounds']} rounds of which {r['prior_rounds']} "
-                              "earlier" for pair, par, r in resolved) + "."]
+                              f"earlier, {r.get('pairs', 1)} server pairs" for pair, par, r in resolved) + "."]
     lines += ["", "Where the time goes: verify rounds per second (tok/s over acceptance: the speed without the "
               "acceptance, which each side's numerics fix per prompt set); at parallel 1 each pass fits latency = "
               "per request + per round x rounds over its requests (means over the counted passes); Triton variants "
@@ -551,24 +487,6 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('scheduler_cpu_share_A'), '{:.0%}')} / "
                          f"{fmt(s.get('scheduler_cpu_share_B'), '{:.0%}')} | "
                          f"{fmt(s.get('gpu_util_A'), '{:.0f}%')} / {fmt(s.get('gpu_util_B'), '{:.0f}%')} |")
-    pinning = results.get("cpu_pinning")
-    if pinning:
-        lines += ["", "CPUs pinned (`--pin-cpus`): " + "; ".join(
-            f"client {_cpu_list(p['client'])}, servers " + ", ".join(_cpu_list(c) for c in p["servers"])
-            for p in pinning) + "".join(
-            text for key, text in (("swap_cpus", "; the two sides' sets exchanged every round (`--swap-cpus`)"),
-                                   ("isolate_scheduler", "; each scheduler thread on a CPU of its "
-                                                         "server's set alone (`--isolate-scheduler`)"))
-            if results.get(key))]
-    if results.get("gc_record"):
-        lines += ["", "Garbage collection in the servers' processes (`--gc-record`): milliseconds per counted pass "
-                  "and their share of the pass's wall time, means over the counted passes.", "",
-                  "| A | B | parallel | collector ms per pass A / B | share of the pass A / B |", "|---|---|---|---|---|"]
-        for pair in results["pairs"].values():
-            for par, s in (pair.get("summary") or {}).items():
-                lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | {par} | "
-                             f"{fmt(s.get('gc_ms_A'))} / {fmt(s.get('gc_ms_B'))} | "
-                             f"{fmt(s.get('gc_share_A'), '{:.2%}')} / {fmt(s.get('gc_share_B'), '{:.2%}')} |")
     if results.get("gc_freeze"):
         lines += ["", "Garbage collection frozen on both servers after warm-up (`--freeze-gc`, SGLang's `/freeze_gc`)."]
     return "\n".join(lines) + "\n"
@@ -584,11 +502,6 @@ def _settle_text(results: dict) -> str:
                          for side, kernels in sorted((pair.get("settle_compiled") or {}).items()))
     return (f", after {settle} settling pass{'es' if settle > 1 else ''} per side and parallelism (not counted"
             + (f"; during them {compiled}" if compiled else "") + ")")
-
-
-def _cpu_list(cpus: list) -> str:
-    return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 1 else \
-        ",".join(map(str, cpus))
 
 
 def plot(results: dict, path: str) -> str | None:
@@ -633,10 +546,6 @@ def until_of(a):
         if a.prior:
             raise SystemExit("--prior pools with earlier recordings only for --until-pct")
         return None
-    import glob
-
-    from .ab_pool import UntilResolved, load_prior
-
     paths = [x for g in a.prior for x in sorted(glob.glob(g))]
     missing = [g for g in a.prior if not glob.glob(g)]
     if missing:
@@ -658,7 +567,6 @@ def _parse_pairs(spec: str, configs: list) -> list:
 
 def main(argv=None) -> int:
     import argparse
-    import glob
 
     p = argparse.ArgumentParser(description="Paired A/B throughput of two configurations on one GPU, in turn.")
     add_set_and_model_args(p, "large")
@@ -674,16 +582,8 @@ def main(argv=None) -> int:
     p.add_argument("--triton-seed", action="append", default=[], help="Triton cache dir (glob) to seed from")
     p.add_argument("--settle-passes", type=int, default=1,
                    help="uncounted passes of the measured workload per side and parallelism before round 0")
-    p.add_argument("--pin-cpus", action="store_true",
-                   help="give each server and the client CPUs of their own (bench/cpu_pinning.py)")
-    p.add_argument("--swap-cpus", action="store_true",
-                   help="with --pin-cpus: the two sides exchange their CPU sets every round")
-    p.add_argument("--isolate-scheduler", action="store_true",
-                   help="with --pin-cpus: each server's scheduler thread gets a CPU of its own")
     p.add_argument("--freeze-gc", action="store_true",
                    help="call SGLang's /freeze_gc on both servers of a pair after warm-up")
-    p.add_argument("--gc-record", action="store_true",
-                   help="every server records its garbage collections; every counted pass keeps its share")
     add_until_args(p)
     a = p.parse_args(argv)
     configs = configs_of(a)
@@ -701,9 +601,8 @@ def main(argv=None) -> int:
                             mem_fraction=a.mem_fraction, load_format=a.load_format, gpus=a.gpus,
                             question_file=a.question_file,
                             triton_seeds=[d for g in a.triton_seed for d in sorted(glob.glob(g))],
-                            pin_cpus=a.pin_cpus, settle=a.settle_passes, swap_cpus=a.swap_cpus,
-                            isolate_scheduler=a.isolate_scheduler, gc_freeze=a.freeze_gc,
-                            gc_record=a.gc_record, tokenizer=a.tokenizer, until=until_of(a))
+                            settle=a.settle_passes, gc_freeze=a.freeze_gc, tokenizer=a.tokenizer,
+                            until=until_of(a))
     except KeyboardInterrupt:  # a time limit: report the rounds that completed (ab.json is saved per pass)
         saved = Path(a.out) / "ab.json"
         if not saved.exists():

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from sglang_eagle_paged.bench import mtbench, report
+from sglang_eagle_paged.bench.server_log import faults, log_end, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
     ServerStartError,
@@ -160,6 +161,7 @@ def run(args) -> int:
         tokenizer = str(target)
     print(f"launching server (mode={mode}, backend={backend}, page={args.page_size}); log: {args.log_file}",
           file=sys.stderr)
+    log_start = log_end(args.log_file) or 0  # the log is appended to: this server's lines start here
     try:
         with ServerProcess(server_args, host=args.host, port=args.port, env=mode_env(mode),
                            log_path=args.log_file, startup_timeout=args.startup_timeout) as srv:
@@ -170,6 +172,10 @@ def run(args) -> int:
             )
     except ServerStartError as exc:
         print(str(exc), file=sys.stderr)
+        return 1
+    fault_lines = faults(text_since(args.log_file, log_start) or "")
+    if fault_lines:  # from that line on SGLang's own path served: no figure here is the plugin's
+        print(f"serve-default: refused: the server logged the plugin's fault line: {fault_lines[0]}", file=sys.stderr)
         return 1
     md = report.run_markdown(result)
     print(md)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 
 from .. import kv_reserve
+from .configs import _warmup_questions
+from .mtbench import PromptBuilder, load_questions, sized
 
 # Tokens a chat template or the server may add around a prompt (BOS, role markers of the last
 # message): the plain-text bound below counts the message text itself.
@@ -48,7 +50,6 @@ def longest_prompt(questions, max_new: int, tokenizer: str | None = None) -> tup
     ``tokenizer`` (a folder with a chat template) the template is applied as the client applies it;
     without, the plain "User:/Assistant:" text counts one token per UTF-8 byte (a token of a
     byte-level or byte-fallback tokenizer holds at least one byte)."""
-    from .mtbench import PromptBuilder
 
     builder = PromptBuilder(tokenizer) if tokenizer else PromptBuilder(None)
     longest = 0
@@ -75,8 +76,6 @@ def pool_for(a, cfgs, conversations: int, parallel: int, tag: str, tokenizer: st
     ``tokenizer``'s chat template, or plain text), and printed."""
     if a.max_total_tokens != "auto":
         return a.max_total_tokens
-    from .e2e import _warmup_questions  # e2e's runners take the pool this returns: imported here
-    from .mtbench import load_questions, sized
 
     every = load_questions(a.question_file, None)
     sent = sized(every, conversations) + _warmup_questions(every, a.warmup)

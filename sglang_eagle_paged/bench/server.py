@@ -112,7 +112,6 @@ class ServerProcess:
         startup_timeout: float = 900.0,
         grace_period: float = 30.0,
         command: Sequence[str] | None = None,
-        cpus: Sequence[int] | None = None,
     ):
         self.command = list(command) if command is not None else [
             sys.executable, "-m", "sglang.launch_server", *server_args
@@ -123,7 +122,6 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.grace_period = grace_period
-        self.cpus = list(cpus) if cpus else None
         self.proc: subprocess.Popen | None = None
         self._log = None
 
@@ -144,12 +142,6 @@ class ServerProcess:
             env=self.env,
             start_new_session=True,
         )
-        if self.cpus:
-            # Pinned from here rather than in a preexec_fn (unsafe beside threads): the server
-            # imports for seconds before it starts a child, and its children inherit the mask.
-            from .cpu_pinning import pin
-
-            pin(self.proc.pid, self.cpus)
         return self
 
     def wait_ready(self, poll_interval: float = 1.0) -> None:

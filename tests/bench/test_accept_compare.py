@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import accept_compare as mod
+from bench import accept_compare as mod
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -44,7 +44,7 @@ def test_the_committed_run_28_head_comparison_gives_the_numbers_its_readme_state
             RESULTS / "2026-12-02-h200-run23/smollm2-bench/with-run21/e2e.json.gz"]
     if not all(p.exists() for p in [new, *olds]):
         pytest.skip("results moved out of the tree (a device carry)")
-    from sglang_eagle_paged.bench.e2e import load_recording
+    from bench.e2e import load_recording
     rows = mod.compare(load_recording(new), [(str(p), load_recording(p)) for p in olds],
                        ["on_p1", "on_p64", "on_p128", "off_p64"], mod.categories())
     got = {r["name"]: (r["new"], r["old"], round(100 * r["gain"], 1), r["band"]) for r in rows}

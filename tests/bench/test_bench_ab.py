@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from sglang_eagle_paged.bench import ab, e2e, kv_sizing
+from bench import ab_probes
+from sglang_eagle_paged.bench import ab, configs, kv_sizing
 from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 from test_e2e_runner import FakeServer
 
@@ -23,7 +24,7 @@ def _serve_fakes(monkeypatch, fake_server):
     # every server bench.ab starts is a FakeServer answering on the fake SGLang's address
     url, _ = fake_server
     FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
 
 
 def _compile_late_kernel(out_dir, server):
@@ -42,17 +43,19 @@ def test_ratio_stats_interval_and_verdicts():
     s = ab.ratio_stats([100.0, 200.0, 50.0], [110.0, 220.0, 55.0])
     assert s["ratio"] == pytest.approx(1.1) and s["low"] == pytest.approx(1.1) and s["verdict"] == "B >= A"
     assert ab.ratio_stats([100, 100, 100], [90, 91, 89])["verdict"] == "B < A"
-    # Spread around 1: level within the noise. The interval is the t-interval of the log ratios.
+    # Spread around 1, wider than +-3%: not resolved. The interval is the t-interval of the log ratios.
     a, b = [100.0, 100.0, 100.0], [95.0, 105.0, 101.0]
     s = ab.ratio_stats(a, b)
     logs = [math.log(y / x) for x, y in zip(a, b)]
     m = sum(logs) / 3
     sd = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
     assert s["low"] == pytest.approx(math.exp(m - 4.303 * sd / math.sqrt(3)), abs=1e-4)
-    assert s["verdict"] == "level within the noise" and s["rounds"] == 3
+    assert s["verdict"].startswith("not resolved") and s["rounds"] == 3
     # One round cannot show a difference; a missing pass drops its round.
     one = ab.ratio_stats([100.0], [130.0])
-    assert one["verdict"] == "level within the noise" and one["high"] is None
+    assert one["verdict"].startswith("not resolved") and one["high"] is None
+    # "level" only where the whole interval lies within +-3%
+    assert ab.ratio_stats([100.0] * 3, [99.0, 100.0, 101.0])["verdict"] == "level within +-3%"
     assert ab.ratio_stats([100.0, None], [130.0, 120.0])["rounds"] == 1
     assert ab.ratio_stats([], [])["verdict"] == "not measured"
 
@@ -137,7 +140,7 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
     qfile = _question_file(tmp_path)
-    p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
+    p1, p64 = configs.RunConfig("on_p1", page_size=1), configs.RunConfig("on_p64", page_size=64)
     res = ab.run_pairs([(p1, p64)], target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2,
                        parallel=2, parallel1_questions=1, max_new_tokens=8, warmup=1, question_file=str(qfile),
                        settle=0)
@@ -147,9 +150,9 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     for srv, page in ((a, "1"), (b, "64")):
         assert srv.args[srv.args.index("--page-size") + 1] == page
         assert "--sleep-on-idle" in srv.args and srv.args[srv.args.index("--base-gpu-id") + 1] == "0"
-    # Both are ready before anything is measured, and stopped only after the last pass.
+    # Both are ready before anything is measured (B started once A was), and stopped only after the last pass.
     ev = FakeServer.events
-    assert ev[:4] == [("start", a.name), ("start", b.name), ("ready", a.name), ("ready", b.name)]
+    assert ev[:4] == [("start", a.name), ("ready", a.name), ("start", b.name), ("ready", b.name)]
     last_pass = max(i for i, e in enumerate(ev) if e[0] == "pass")
     assert all(e[0] == "pass" for e in ev[4:last_pass + 1])
     assert {e[0] for e in ev[last_pass + 1:]} == {"terminate", "stop"}
@@ -166,8 +169,8 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     # every pass keeps the client's own CPU time (a process's CPU time: never negative)
     assert all(p["client_cpu_s"] is not None and p["client_cpu_s"] >= 0 for p in pair["passes"])
     assert pair["summary"]["2"]["client_cpu_share_A"] is not None
-    # and the host's CPU seconds (these fake servers are threads of this process: no process group)
-    assert all(p["cpu_s"]["server"] == {} and p["cpu_s"]["host"]["busy"] >= 0 for p in pair["passes"])
+    # no lab probe asked for: nothing else recorded (the lab's: test_with_the_labs_probes_...)
+    assert not any("cpu_s" in p or "gpu" in p for p in pair["passes"])
     # when each pass began, in order, each after the one before it ended
     starts = [p["start_s"] for p in pair["passes"]]
     assert all(later >= earlier + p["wall_s"] - 1e-3 for earlier, later, p in zip(starts, starts[1:], pair["passes"]))
@@ -177,7 +180,7 @@ def test_run_pairs_keeps_both_servers_up_and_alternates(monkeypatch, tmp_path, f
     assert ab.plot(res, str(tmp_path / "ab.png")) and (tmp_path / "ab.png").stat().st_size > 0
 
 
-def test_with_nvidia_smi_every_pass_keeps_the_gpus_load_over_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
+def test_with_the_labs_probes_every_pass_keeps_the_gpus_load_over_it(monkeypatch, tmp_path, fake_server):  # noqa: F811
     from test_gpu_sampler import stand_in
 
     _serve_fakes(monkeypatch, fake_server)
@@ -199,10 +202,11 @@ def test_with_nvidia_smi_every_pass_keeps_the_gpus_load_over_it(monkeypatch, tmp
         return real(base_url, qs, **kw)
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+    res = ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                        out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
-                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
+                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)), probes=ab_probes.probes)
     passes = res["pairs"]["on_p1:on_p64#0"]["passes"]
+    assert all("server" in p["cpu_s"] for p in passes)  # the lab's CPU probe, beside the GPU's
     assert [p["gpu"]["util_pct"] for p in passes] == [55.0, 55.0] and all(p["gpu"]["samples"] >= 2 for p in passes)
     assert res["pairs"]["on_p1:on_p64#0"]["summary"]["1"]["gpu_util_A"] == 55.0
     assert (tmp_path / "ab" / "logs" / "gpu0_samples.csv").stat().st_size > 0
@@ -221,7 +225,7 @@ def test_settling_passes_run_before_round_0_uncounted_and_their_compiles_are_nam
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
     qfile = _question_file(tmp_path)
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+    res = ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                        out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, parallel1_questions=1,
                        max_new_tokens=8, warmup=0, question_file=str(qfile))  # settle: 1 by default
     # the settling passes are the measured workload (same levels, same questions), A then B
@@ -252,7 +256,7 @@ def test_more_parallelisms_are_levels_of_every_round_over_more_conversations_tha
     monkeypatch.setattr(ab, "run_benchmark", bench)
     qfile = _question_file(tmp_path)
     n = len(QUESTIONS) + 2  # past the set's end: the set again, each turn with a numbered preamble
-    res = ab.run_pairs([(e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("off_p64", mode="off", page_size=64))],
+    res = ab.run_pairs([(configs.RunConfig("on_p64", page_size=64), configs.RunConfig("off_p64", mode="off", page_size=64))],
                        target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=n, parallel=2,
                        more_parallel=(4,), max_new_tokens=8, warmup=0, question_file=str(qfile), settle=0)
     assert [par for par, _ in calls] == [2, 4, 2, 4]
@@ -279,10 +283,10 @@ def test_a_pair_that_fails_to_start_is_recorded_and_the_rest_measured(monkeypatc
             raise RuntimeError("no GPU memory")
 
     FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: (
+    monkeypatch.setattr(configs, "ServerProcess", lambda args, **kw: (
         Broken if "pair1_" in kw["log_path"] else FakeServer)(args, base_url=url, **kw))
     qfile = _question_file(tmp_path)
-    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
+    cfg = lambda n, p: configs.RunConfig(n, page_size=p)  # noqa: E731
     res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
                        target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
                        parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile))
@@ -336,35 +340,13 @@ def test_a_time_limit_keeps_the_passes_measured_before_it(monkeypatch, tmp_path,
     monkeypatch.setattr(ab, "run_benchmark", bench)
     qfile = _question_file(tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+        ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                      out_dir=str(tmp_path / "ab"), rounds=3, num_questions=1, parallel=1, max_new_tokens=8,
                      warmup=0, question_file=str(qfile), settle=0)
     time.sleep(0.5)  # the lane thread returns after the stop; it must not append or save anything more
     pair = json.loads((tmp_path / "ab" / "ab.json").read_text())["pairs"]["on_p1:on_p64#0"]
     assert [(p["round"], p["side"]) for p in pair["passes"]] == [(0, "A"), (0, "B")]
     assert not pair.get("error") and pair["summary"]["1"]["rounds"] == 1
-
-
-def test_pinned_runs_give_every_server_and_the_client_cpus_of_their_own(monkeypatch, tmp_path, fake_server):  # noqa: F811
-    _serve_fakes(monkeypatch, fake_server)
-    pinned = []  # this process's masks, in order (recorded rather than applied to the test process)
-    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(16)))
-    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: pinned.append((pid, sorted(cpus))))
-    qfile = _question_file(tmp_path)
-    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
-    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
-                       target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1,
-                       parallel=1, max_new_tokens=8, warmup=0, gpus=2, question_file=str(qfile), pin_cpus=True)
-    sets = [srv.cpus for srv in FakeServer.started]
-    assert sets == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]]
-    # the client runs on the last quarter while measuring, and gets its own mask back afterwards
-    assert pinned == [(0, [12, 13, 14, 15]), (0, list(range(16)))]
-    assert res["pairs"]["on_p1:on_p128#1"]["cpus"] == {"A": [6, 7, 8], "B": [9, 10, 11]}
-    assert "CPUs pinned (`--pin-cpus`): client 12-15, servers 0-2, 3-5, 6-8, 9-11" in ab.markdown(res)
-    unpinned = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], target="T", draft="D",
-                            out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
-                            warmup=0, question_file=str(qfile))
-    assert FakeServer.started[-1].cpus is None and "cpu_pinning" not in unpinned and len(pinned) == 2
 
 
 def test_pass_spread_is_the_scatter_of_one_side_in_percent():
@@ -393,49 +375,6 @@ def test_a_probe_without_verify_rounds_still_gives_the_ratio():
     assert "| a | b | 1 | 60.0 | 55.5 |" in md
 
 
-def test_swapped_cpus_alternate_by_round_and_each_pass_records_its_set(monkeypatch, tmp_path, fake_server):  # noqa: F811
-    url, _ = fake_server
-    FakeServer.started, FakeServer.events = [], []
-    pids = iter(range(1000, 1100))
-
-    def server(args, **kw):
-        srv = FakeServer(args, base_url=url, **kw)
-        srv.proc = type("Proc", (), {"pid": next(pids)})()  # A 1000, B 1001, then 1002, ...
-        return srv
-
-    monkeypatch.setattr(e2e, "ServerProcess", server)
-    monkeypatch.setattr(ab.cpu_pinning, "available", lambda: list(range(8)))
-    monkeypatch.setattr(ab.cpu_pinning, "pin", lambda pid, cpus: None)
-    placed = []
-    monkeypatch.setattr(ab.cpu_pinning, "repin_server",
-                        lambda pid, cpus, isolate_scheduler=False: placed.append((pid, list(cpus), isolate_scheduler)))
-    cfg = lambda n, p: e2e.RunConfig(n, page_size=p)  # noqa: E731
-    kw = dict(target="T", draft="D", rounds=3, num_questions=1, parallel=1, max_new_tokens=8, warmup=0,
-              question_file=str(_question_file(tmp_path)), settle=0, pin_cpus=True)
-    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab"), swap_cpus=True,
-                       isolate_scheduler=True, **kw)
-    a_set, b_set = [0, 1, 2], [3, 4, 5]
-    # placed before round 0, then again at each new round, sets exchanged on odd rounds
-    assert placed == [(1000, a_set, True), (1001, b_set, True), (1000, b_set, True), (1001, a_set, True),
-                      (1000, a_set, True), (1001, b_set, True)]
-    passes = res["pairs"]["on_p1:on_p64#0"]["passes"]
-    assert [(p["round"], p["side"], p["cpus"]) for p in passes] == [
-        (0, "A", a_set), (0, "B", b_set), (1, "B", a_set), (1, "A", b_set), (2, "A", a_set), (2, "B", b_set)]
-    md = ab.markdown(res)
-    assert "exchanged every round (`--swap-cpus`)" in md and "(`--isolate-scheduler`)" in md
-    # isolation alone places once; neither option touches a running server, or records a set
-    placed.clear()
-    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab2"), isolate_scheduler=True,
-                       **kw)
-    assert placed == [(1002, a_set, True), (1003, b_set, True)]
-    placed.clear()
-    res = ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab3"), **kw)
-    assert placed == [] and all("cpus" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"])
-    with pytest.raises(ValueError, match="need pin_cpus"):
-        ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64))], out_dir=str(tmp_path / "ab4"),
-                     **{**kw, "pin_cpus": False, "swap_cpus": True})
-
-
 def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_counted(monkeypatch, tmp_path,
                                                                                       fake_server):  # noqa: F811
     _serve_fakes(monkeypatch, fake_server)
@@ -448,7 +387,7 @@ def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_c
     monkeypatch.setattr(ab, "run_benchmark", bench)
     kw = dict(target="T", draft="D", rounds=1, num_questions=2, parallel=2, max_new_tokens=8, warmup=1,
               question_file=str(_question_file(tmp_path)))
-    pair = (e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))
+    pair = (configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))
     res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab"), gc_freeze=True, **kw)
     # two warm-up mixes per server unfrozen, then both frozen before the settling and counted passes
     assert frozen_at_call == [0] * 4 + [2] * 4 and FakeSGLang.freezes == ["/freeze_gc"] * 2
@@ -463,49 +402,6 @@ def test_freezing_gc_happens_on_both_servers_after_warm_up_and_before_anything_c
     FakeSGLang.refuse_freeze, FakeSGLang.freezes = False, []
     res = ab.run_pairs([pair], out_dir=str(tmp_path / "ab3"), **kw)
     assert FakeSGLang.freezes == [] and res["gc_freeze"] is False and "freeze" not in ab.markdown(res)
-
-
-def test_recorded_collections_are_charged_to_each_counted_pass(monkeypatch, tmp_path, fake_server):  # noqa: F811
-    from sglang_eagle_paged.bench import gc_stats
-
-    _serve_fakes(monkeypatch, fake_server)
-    real, calls = ab.run_benchmark, []
-
-    def bench(base_url, qs, **kw):
-        # each pass: one more collection of 1.5 ms in every server's record (the fakes run no plugin)
-        calls.append(1)
-        for srv in FakeServer.started:
-            d = srv.env[gc_stats.ENV_VAR]
-            os.makedirs(d, exist_ok=True)
-            snap = {"pid": 7, "title": "sglang::scheduler",
-                    "generations": {"0": {"collections": len(calls), "ms": 1.5 * len(calls)},
-                                    "1": {"collections": 0, "ms": 0.0}, "2": {"collections": 0, "ms": 0.0}}}
-            with open(os.path.join(d, "gc-7.json"), "w") as f:
-                json.dump(snap, f)
-        return real(base_url, qs, **kw)
-
-    monkeypatch.setattr(ab, "run_benchmark", bench)
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
-                       out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
-                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)), gc_record=True)
-    a, b = FakeServer.started
-    assert a.env[gc_stats.ENV_VAR] == str(tmp_path / "ab" / "logs" / "gc" / "pair0_A_on_p1")
-    assert b.env[gc_stats.ENV_VAR].endswith("pair0_B_on_p64")
-    pair = res["pairs"]["on_p1:on_p64#0"]
-    assert pair["A"]["env"] == {}  # the record keeps the configuration, not the run's paths
-    assert [p["gc"]["ms"] for p in pair["passes"]] == [1.5, 1.5]
-    assert pair["passes"][0]["gc"]["by_process"] == {"sglang::scheduler": {"collections": 1, "ms": 1.5}}
-    s = pair["summary"]["1"]
-    assert s["gc_ms_A"] == 1.5 and s["gc_share_A"] == pytest.approx(1.5 / (1e3 * pair["passes"][0]["wall_s"]))
-    md = ab.markdown(res)
-    assert "(`--gc-record`)" in md and "| on_p1 | on_p64 | 1 | 1.5 / 1.5 |" in md
-    # off: no variable, no record
-    FakeServer.started = []
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
-                       out_dir=str(tmp_path / "ab2"), rounds=1, num_questions=1, parallel=1, max_new_tokens=8,
-                       warmup=0, settle=0, question_file=str(_question_file(tmp_path)))
-    assert all(gc_stats.ENV_VAR not in srv.env for srv in FakeServer.started)
-    assert all("gc" not in p for p in res["pairs"]["on_p1:on_p64#0"]["passes"]) and "gc-record" not in ab.markdown(res)
 
 
 def test_the_ratio_is_given_again_without_the_rounds_that_compiled():
@@ -536,10 +432,10 @@ def test_a_pair_whose_kv_pools_differ_is_refused_and_the_sizes_recorded():
 
 
 def test_the_running_request_cap_reaches_the_server_only_when_asked():
-    cfg = e2e.RunConfig("on_p64", page_size=64, max_running_requests=128)
-    args = e2e.server_args(cfg, "T", "D", 30000, 65536, 0.4)
+    cfg = configs.RunConfig("on_p64", page_size=64, max_running_requests=128)
+    args = configs.server_args(cfg, "T", "D", 30000, 65536, 0.4)
     assert args[args.index("--max-running-requests") + 1] == "128"
-    assert "--max-running-requests" not in e2e.server_args(e2e.RunConfig("on_p64", page_size=64), "T", "D", 30000,
+    assert "--max-running-requests" not in configs.server_args(configs.RunConfig("on_p64", page_size=64), "T", "D", 30000,
                                                            65536, 0.4)
 
 
@@ -558,7 +454,7 @@ def test_every_pass_of_a_pair_sends_the_chat_template_when_given_a_tokenizer(mon
         m.setattr(ab, "run_pairs", capture)
         ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path / "cli"), "--tokenizer", "TOK"])
     assert seen["tokenizer"] == "TOK"
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+    res = ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                        out_dir=str(tmp_path / "ab"), rounds=1, num_questions=2, parallel=2, max_new_tokens=8,
                        warmup=1, question_file=str(_question_file(tmp_path)), settle=0,
                        tokenizer=str(TEMPLATED_TOKENIZER))
@@ -592,7 +488,7 @@ def test_retractions_during_counted_passes_make_the_verdict_kv_bound(monkeypatch
         return out
 
     monkeypatch.setattr(ab, "run_benchmark", bench)
-    res = ab.run_pairs([(e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64))], target="T", draft="D",
+    res = ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T", draft="D",
                        out_dir=str(tmp_path / "ab"), rounds=2, num_questions=2, parallel=2, parallel1_questions=1,
                        max_new_tokens=8, warmup=1, question_file=str(_question_file(tmp_path)), settle=0)
     pair = res["pairs"]["on_p1:on_p64#0"]
@@ -600,7 +496,7 @@ def test_retractions_during_counted_passes_make_the_verdict_kv_bound(monkeypatch
     assert pair["passes"][2]["retracted_reqs"] == 8
     s2, s1 = pair["summary"]["2"], pair["summary"]["1"]
     assert (s2["retractions_A"], s2["retractions_B"]) == (0, 2)
-    assert s2["verdict"] == "KV-bound: A retracted 0, B 2" and s2["ratio_verdict"] in ("B >= A", "B < A", "level within the noise")
+    assert s2["verdict"] == "KV-bound: A retracted 0, B 2" and s2["ratio_verdict"]
     assert (s1["retractions_A"], s1["retractions_B"]) == (0, 0) and not s1["verdict"].startswith("KV-bound")
     md = ab.markdown(res)
     assert "| KV-bound: A retracted 0, B 2 |" in md and "| 2 | 0 / 2 |" in md and "| 2 | 0 / 0 |" in md
@@ -620,7 +516,7 @@ def test_main_sizes_the_pool_for_every_configuration_of_its_pairs(monkeypatch, t
                  "--question-file", str(_question_file(tmp_path))])
     prompt = int(capsys.readouterr().out.split("longest prompt ")[1].split()[0])
     assert seen["pairs"] == [("on_p1", "on_p64")]
-    p1, p64 = e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64)  # the large set's, as named
+    p1, p64 = configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64)  # the large set's, as named
     assert seen["max_total_tokens"] == kv_sizing.pool_tokens([p1, p64], 32, prompt, 64) > 32 * 2048
     with pytest.raises(SystemExit):  # a number stays that number
         ab.main(["--target", "T", "--draft", "D", "--out", str(tmp_path), "--max-total-tokens", "90000"])
@@ -646,9 +542,9 @@ def test_a_pair_stops_before_its_rounds_once_pooled_with_earlier_ones_it_resolve
 
     monkeypatch.setattr(ab, "_pass_record", steady)
     qfile = _question_file(tmp_path)
-    p1, p64 = e2e.RunConfig("on_p1", page_size=1), e2e.RunConfig("on_p64", page_size=64)
+    p1, p64 = configs.RunConfig("on_p1", page_size=1), configs.RunConfig("on_p64", page_size=64)
     key = ("on_p1", "on_p64", 8, 2, 2)
-    until = ab_pool.UntilResolved({key: [0.85] * 8}, 0.03, min_rounds=10)
+    until = ab_pool.UntilResolved({key: [[0.85] * 8]}, 0.03, min_rounds=10)  # one earlier server pair
     kw = dict(target="T", draft="D", rounds=20, num_questions=2, parallel=2, max_new_tokens=8, warmup=1,
               question_file=str(qfile), settle=0)
     res = ab.run_pairs([(p1, p64)], out_dir=str(tmp_path / "ab"), until=until, **kw)
@@ -660,8 +556,100 @@ def test_a_pair_stops_before_its_rounds_once_pooled_with_earlier_ones_it_resolve
     md = ab.markdown(res)
     assert md.startswith("3 of 20 rounds (ABBA; 1 of 1 pairs stopped once their rounds pooled with earlier "
                          "recordings' resolved +-3%)")
-    assert "on_p1:on_p64 at parallel 2 0.850x (0.850-0.850), 11 rounds of which 8 earlier" in md
+    assert "on_p1:on_p64 at parallel 2 0.850x (0.850-0.850), 11 rounds of which 8 earlier, 2 server pairs" in md
     # with no earlier rounds it measures to the tenth round before the same rule lets it stop
     res = ab.run_pairs([(p1, p64)], out_dir=str(tmp_path / "ab2"),
                        until=ab_pool.UntilResolved({}, 0.03, min_rounds=10), **kw)
     assert res["pairs"]["on_p1:on_p64#0"]["summary"]["2"]["rounds"] == 10
+
+
+def _fault_line() -> str:
+    """The line the plugin itself logs when a switch trips: its real FaultSwitch and logger, the mark
+    included, formatted as SGLang's log format writes it (``[time TP0] message``)."""
+    import logging
+
+    from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch
+
+    got = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            got.append(f"[2026-12-04 01:02:03 TP0] {record.getMessage()}\n")
+
+    logger = logging.getLogger("sglang_eagle_paged")
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this process after a fault: %s").trip(
+            RuntimeError("The size of tensor a (176) must match the size of tensor b (168)"))
+    finally:
+        logger.removeHandler(keep)
+    (line,) = got
+    return line
+
+
+def _pair_with_fault(monkeypatch, tmp_path, fake_server, at_call: int):
+    from test_e2e_runner import _with_log
+
+    _serve_fakes(monkeypatch, fake_server)
+    monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
+    real, calls, line = ab.run_benchmark, [], _fault_line()
+
+    def bench(base_url, qs, **kw):
+        calls.append(kw["parallel"])
+        out = real(base_url, qs, **kw)
+        if len(calls) == at_call:  # B's server (the second started) logs the plugin's fault line
+            with open(FakeServer.started[1].log_path, "a") as f:
+                f.write(line)
+        return out
+
+    monkeypatch.setattr(ab, "run_benchmark", bench)
+    res = ab.run_pairs([(configs.RunConfig("on_p1"), configs.RunConfig("on_p64", page_size=64))], target="T",
+                       draft="D", out_dir=str(tmp_path / "ab"), rounds=3, num_questions=2, parallel=2,
+                       max_new_tokens=8, warmup=1, question_file=str(_question_file(tmp_path)), settle=1)
+    return res["pairs"]["on_p1:on_p64#0"], line
+
+
+def test_a_pair_whose_server_logged_a_fault_line_in_a_counted_pass_is_refused_and_the_line_named(
+        monkeypatch, tmp_path, fake_server):  # noqa: F811
+    # calls: 4 warm-up mixes, 2 settling passes, then round 0: A (7), B (8): B's pass logs the fault
+    pair, line = _pair_with_fault(monkeypatch, tmp_path, fake_server, at_call=8)
+    assert line.startswith("[2026-12-04 01:02:03 TP0] [sglang-eagle-paged] [fault] fa3 in place switched off")
+    assert len(pair["passes"]) == 2  # no round after the fault is measured
+    assert pair["passes"][1]["faults"] == [line.strip()]
+    assert pair["error"].startswith("RuntimeError: refused: B's server logged the plugin's fault line during a "
+                                    "counted pass: [2026-12-04 01:02:03 TP0] [sglang-eagle-paged] [fault] fa3")
+    s = pair["summary"]["2"]
+    assert s["verdict"].startswith("refused: B logged") and "176" in s["verdict"] and s["faults"]["B"] == line.strip()
+    md = ab.markdown({"rounds": 3, "num_questions": 2, "parallel": 2, "parallel1_questions": 0, "max_new_tokens": 8,
+                      "pairs": {"x": pair}})
+    assert "| refused: B logged [2026-12-04 01:02:03 TP0] [sglang-eagle-paged] [fault] fa3 in place" in md
+    assert "error: RuntimeError: refused" in md
+
+
+def test_a_fault_line_logged_while_settling_refuses_the_pair_before_anything_is_counted(
+        monkeypatch, tmp_path, fake_server):  # noqa: F811
+    pair, line = _pair_with_fault(monkeypatch, tmp_path, fake_server, at_call=5)  # A's settling pass
+    assert pair["passes"] == [] and pair["faults"] == {"B": [line.strip()]}
+    assert "refused: B's server logged the plugin's fault line during its start-up, warm-up or settling passes" \
+        in pair["error"]
+
+
+def test_without_a_fault_line_the_pair_is_measured_whole(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    pair, _ = _pair_with_fault(monkeypatch, tmp_path, fake_server, at_call=10 ** 6)
+    assert len(pair["passes"]) == 6 and not pair.get("error") and "faults" not in pair
+    assert not pair["summary"]["2"]["verdict"].startswith("refused")
+
+
+def test_a_gpus_second_server_starts_once_its_first_is_ready(monkeypatch, tmp_path, fake_server):  # noqa: F811
+    """Each server sizes its KV pool from the memory free while it starts: B starts only after A on
+    the same GPU is ready (both GPUs' A first, side by side), so B sees A whole."""
+    _serve_fakes(monkeypatch, fake_server)
+    cfg = lambda n, p: configs.RunConfig(n, page_size=p)  # noqa: E731
+    ab.run_pairs([(cfg("on_p1", 1), cfg("on_p64", 64)), (cfg("on_p1", 1), cfg("on_p128", 128))],
+                 target="T", draft="D", out_dir=str(tmp_path / "ab"), rounds=1, num_questions=1, parallel=1,
+                 max_new_tokens=8, warmup=0, gpus=2, question_file=str(_question_file(tmp_path)))
+    startup = [e for e in FakeServer.events if e[0] in ("start", "ready")]
+    order = [f"{kind} {name.split('_')[0]}{name.split('_')[1]}" for kind, name in startup]
+    assert order == ["start pair0A", "start pair1A", "ready pair0A", "ready pair1A",
+                     "start pair0B", "start pair1B", "ready pair0B", "ready pair1B"], order

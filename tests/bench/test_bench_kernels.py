@@ -1,4 +1,4 @@
-"""CPU checks of sglang_eagle_paged/bench/kernels.py: timing helpers, report layout, the tiny sweep."""
+"""CPU checks of bench/kernels.py: timing helpers, report layout, the tiny sweep."""
 
 import json
 import os
@@ -16,7 +16,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 
 @pytest.fixture
 def bk(monkeypatch):
-    from sglang_eagle_paged.bench import kernels
+    from bench import kernels
 
     monkeypatch.setattr(kernels, "CAPTURE_FAILURES", {})  # a module global: each test starts empty
     return kernels
@@ -115,7 +115,7 @@ def test_plot_uses_device_time_where_measured(bk, tmp_path):
 @cpu_only
 def test_tiny_sweep_runs_on_cpu(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", "sglang_eagle_paged.bench.kernels", "--out", str(tmp_path)], cwd=ROOT, env=env, check=True,
+    subprocess.run([sys.executable, "-m", "bench.kernels", "--out", str(tmp_path)], cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=600)
     res = json.loads((tmp_path / "kernels.json").read_text())
     for key in ("ours", "ours_out", "ours_free_pages", "upstream_kernel", "upstream"):

@@ -426,3 +426,44 @@ def test_serve_default_missing_testbed(monkeypatch, tmp_path, capsys):
     assert "--speculative-eagle-topk 8" in out and "--speculative-num-draft-tokens 64" in out
     assert "--page-size 64" in out and "--attention-backend triton" in out
 
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_serve_default_refuses_its_figures_when_its_server_logged_a_fault_line(monkeypatch, tmp_path, capsys,
+                                                                                fake_server, fault):
+    """serve-default starts a server (here a stand-in for our ServerProcess, answering as the fake SGLang)
+    and prints its MT-bench figures, unless the server logged one of the plugin's fault lines: then
+    SGLang's own path served from that line on, and it names the line instead."""
+    from test_bench_ab import _fault_line
+
+    from sglang_eagle_paged.bench import default_run
+
+    url, _ = fake_server
+    log = tmp_path / "server.log"
+    log.write_text(_fault_line())  # an earlier server's fault in the same (appended) log counts for nothing
+
+    class StandIn:
+        def __init__(self, server_args, *, log_path, **kw):
+            self.base_url, self.log_path = url, log_path
+
+        def __enter__(self):
+            with open(self.log_path, "a") as f:
+                f.write("[2026-12-04 01:02:03] server started\n" + (_fault_line() if fault else ""))
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(default_run, "ServerProcess", StandIn)
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    from sglang_eagle_paged.tools.cli import main
+
+    rc = main(["serve-default", "--attention-backend", "fa3", "--mode", "on", "--log-file", str(log), "--question-file",
+                           str(qfile), "--num-questions", "2", "--no-progress", "--max-new-tokens", "8"])
+    out, err = capsys.readouterr()
+    if fault:
+        assert rc == 1 and "serve-default: refused: the server logged the plugin's fault line: [2026-12-04" in err
+        assert "[sglang-eagle-paged] [fault] fa3 in place switched off" in err and "acceptance" not in out.lower()
+    else:
+        assert rc == 0 and "refused" not in err and "|" in out

@@ -303,14 +303,15 @@ def test_call_ab_takes_pairs_of_any_set_and_the_workload_from_the_environment(tm
     # 128 client threads over the default 32 conversations: said before anything is measured
     assert "[v2 ab] parallel 128 over 32 conversations: at most 32 requests in flight" in done.stdout
     # AB_KV=auto (the default): each pair's pool from the larger need at the largest parallelism, both sides alike
-    from sglang_eagle_paged.bench import e2e, kv_sizing
+    from sglang_eagle_paged.bench import configs
+    from sglang_eagle_paged.bench import kv_sizing
 
     sized = [ln for ln in done.stdout.splitlines() if "--max-total-tokens auto:" in ln]
     assert len(sized) == 2 and all("= parallel 128 x (" in ln and "one token per UTF-8 byte" in ln for ln in sized)
     pool = int(sized[0].split("auto: ")[1].split()[0])
     assert sized[0].endswith("the largest need of on_p64, off_p64") and f"KV pool {pool}," in done.stdout
     prompt = int(sized[0].split("longest prompt ")[1].split()[0])
-    assert pool == kv_sizing.pool_tokens([e2e.RunConfig("p64", page_size=64)], 128, prompt, 256)
+    assert pool == kv_sizing.pool_tokens([configs.RunConfig("p64", page_size=64)], 128, prompt, 256)
     fixed = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536")
     assert "KV pool 65536," in fixed.stdout and "auto:" not in fixed.stdout, fixed.stdout + fixed.stderr
     assert "in flight" not in fixed.stdout  # parallel 16 over 32 conversations
@@ -354,7 +355,7 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     assert "on_p1: mode=on page=1 backend=fa3 graph_bs=128 max_running=128 marks=on (to profile)" in more.stdout
     assert "off_p64: mode=off" in more.stdout
     assert "at parallel 32, max_new 256, ignore_eos=False; 12 steps per profile" in more.stdout
-    from sglang_eagle_paged.bench import v2_run
+    from bench import v2_run
 
     assert v2_run.main(["profile", "--target", "T", "--draft", "D", "--out", str(tmp_path / "p"), "--dry-run"]) == 0
     assert "marks=off" in capsys.readouterr().out  # the probe only where its folder is given
@@ -364,7 +365,7 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
     fx = _call(tmp_path, "profile", V2_ONLY="on_p64_fx,on_p1")
     assert fx.returncode == 0, fx.stdout + fx.stderr
     assert [ln.split(":")[0] for ln in fx.stdout.splitlines() if ": mode=" in ln] == ["on_p1", "on_p64_fx"]
-    from sglang_eagle_paged.bench import v2_sets
+    from bench import v2_sets
 
     assert [c.env for c in v2_sets.configs("correct", "on_p64_fx")] == [{"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}]
     # FA3 reading the prefix tail in place (inplace), by name from any set, and as an A/B side
@@ -374,20 +375,21 @@ def test_call_profile_loads_page_1_and_64_at_parallel_64_and_resumes_what_is_pro
 
 
 def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():
-    from sglang_eagle_paged.bench import e2e, v2_run
+    from bench import v2_run
+    from sglang_eagle_paged.bench import configs
 
     a = v2_run.parser().parse_args(["ab", "--target", "T", "--draft", "D", "--out", "O", "--cuda-graph-max-bs", "128",
                                     "--load-format", "dummy", "--also-parallel", "128", "--parallel", "64"])
     assert (a.cuda_graph_max_bs, a.load_format, a.also_parallel, a.parallel) == (128, "dummy", "128", 64)
-    args = e2e.server_args(e2e.RunConfig("on_p64", page_size=64, cuda_graph_max_bs=128), "T", "D", 30000, 65536, 0.4)
+    args = configs.server_args(configs.RunConfig("on_p64", page_size=64, cuda_graph_max_bs=128), "T", "D", 30000, 65536, 0.4)
     assert args[args.index("--cuda-graph-max-bs") + 1] == "128"
-    default = e2e.server_args(e2e.RunConfig("on_p64", page_size=64), "T", "D", 30000, 65536, 0.4)
+    default = configs.server_args(configs.RunConfig("on_p64", page_size=64), "T", "D", 30000, 65536, 0.4)
     assert default[default.index("--cuda-graph-max-bs") + 1] == "32"
 
 
 # ---------------------------------------------------------------- v2_run resume rule, v2_report
 def test_a_pair_measured_to_the_end_is_skipped_and_a_cut_short_one_is_not(tmp_path):
-    from sglang_eagle_paged.bench.v2_run import pair_done
+    from bench.v2_run import pair_done
 
     def write(rounds_asked, rounds_done, interrupted=False):
         rec = {"rounds": rounds_asked, "interrupted": interrupted,
@@ -405,7 +407,7 @@ def test_a_pair_measured_to_the_end_is_skipped_and_a_cut_short_one_is_not(tmp_pa
 
 
 def test_report_compares_outputs_acceptance_and_syncs(tmp_path):
-    from sglang_eagle_paged.bench.v2_report import report
+    from bench.v2_report import report
 
     def rec(mode, page, outputs, acc, compiled):
         return {"config": {"mode": mode, "page_size": page, "backend": "fa3", "extra": []},
@@ -567,11 +569,11 @@ def test_sitecustomize_arms_the_probe_only_when_asked_and_chains_the_next_one(tm
 def test_call_ab_stops_a_pair_once_pooled_with_the_carried_recordings_it_resolves(tmp_path):
     prior = tmp_path / "pooled.json"
     prior.write_text(json.dumps([{"A": "on_p1", "B": "on_p64", "tokens": 256, "parallel": 16, "in_flight": 16,
-                                  "rounds_pooled": {"ratios": [0.9, 1.0, 1.1]}}]))
+                                  "rounds": [[0.9, 1.0, 1.1]]}]))
     done = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3", AB_PRIOR=str(prior))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "[v2 ab] on_p1:on_p64 stops once its rounds pooled with 3 earlier ones at parallel 16 resolve +-3% (95%)" \
-        in done.stdout, done.stdout
+    assert ("[v2 ab] on_p1:on_p64 stops once its rounds pooled with 3 earlier ones of 1 server pairs at parallel 16 "
+            "resolve +-3% (95%, over server pairs)") in done.stdout, done.stdout
     missing = _call(tmp_path, "ab", AB_PAIRS="on_p1:on_p64", AB_KV="65536", AB_UNTIL="3",
                     AB_PRIOR=str(tmp_path / "gone.json"))
     assert missing.returncode != 0 and "gone.json: no such file" in missing.stdout + missing.stderr
@@ -580,7 +582,7 @@ def test_call_ab_stops_a_pair_once_pooled_with_the_carried_recordings_it_resolve
 
 
 def test_a_pair_that_stopped_resolved_is_skipped_on_resume(tmp_path):
-    from sglang_eagle_paged.bench.v2_run import pair_done
+    from bench.v2_run import pair_done
 
     rec = {"rounds": 400, "pairs": {"a:b#0": {"summary": {"64": {"rounds": 30}}, "resolved": {"64": {"rounds": 60}}}}}
     (tmp_path / "ab.json").write_text(json.dumps(rec))

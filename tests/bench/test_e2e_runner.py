@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import e2e, kv_sizing, triton_cache
+from bench import e2e
+from sglang_eagle_paged.bench import configs as bench_configs, kv_sizing, triton_cache
 from test_bench_mtbench import QUESTIONS, FakeSGLang, fake_server  # noqa: F401  (fixture)
 
 # A tokenizer with a chat template (Llama-3's layout) that ships with the package.
-TEMPLATED_TOKENIZER = Path(e2e.__file__).resolve().parents[1] / "testbed" / "target"
+TEMPLATED_TOKENIZER = Path(bench_configs.__file__).resolve().parents[1] / "testbed" / "target"
 
 
 class FakeServer:
@@ -61,7 +62,7 @@ def fake_servers(monkeypatch, fake_server):  # noqa: F811
     """e2e launches FakeServers against the fake SGLang; no stagger sleeps."""
     url, _ = fake_server
     FakeServer.started, FakeServer.events = [], []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
     monkeypatch.setattr(e2e.time, "sleep", lambda s: None)
     return FakeServer
 
@@ -69,9 +70,9 @@ def fake_servers(monkeypatch, fake_server):  # noqa: F811
 def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path, questions, fake_server):  # noqa: F811
     url, _ = fake_server
     FakeServer.started = []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
-    configs = [e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64, mode="on"),
-               e2e.RunConfig("fake_p64", page_size=64, mode="fake")]
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    configs = [bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64, mode="on"),
+               bench_configs.RunConfig("fake_p64", page_size=64, mode="fake")]
     out = tmp_path / "e2e.json"
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"),
                           num_questions=2, question_file=str(questions), warmup=1, max_new_tokens=8)
@@ -103,8 +104,8 @@ def test_run_configs_warms_up_measures_and_counts_variants(monkeypatch, tmp_path
 
 def test_concurrent_groups_start_together_and_are_measured_one_at_a_time(monkeypatch, tmp_path, questions,
                                                                          fake_servers):
-    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
-        e2e.RunConfig("triton_on_p64", page_size=64, backend="triton")]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64)] + [
+        bench_configs.RunConfig("triton_on_p64", page_size=64, backend="triton")]
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                           log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                           warmup=1, concurrency=3, parallel1_questions=1)
@@ -132,7 +133,7 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128)]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128)]
     res = e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                           log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                           warmup=0, concurrency=4, gpus=2)
@@ -150,9 +151,9 @@ def test_two_gpus_each_measure_their_own_servers_side_by_side(monkeypatch, tmp_p
 
 def test_slow_builtin_servers_are_spread_over_the_gpus(monkeypatch, tmp_path, questions, fake_servers):
     """SGLang's built-in takes ~7x ours to measure (run 3): two of them must not share a GPU's queue."""
-    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("off_p64", mode="off", page_size=64),
-               e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("on_p128", page_size=128),
-               e2e.RunConfig("off_p128", mode="off", page_size=128), e2e.RunConfig("on_p16", page_size=16)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("off_p64", mode="off", page_size=64),
+               bench_configs.RunConfig("on_p64", page_size=64), bench_configs.RunConfig("on_p128", page_size=128),
+               bench_configs.RunConfig("off_p128", mode="off", page_size=128), bench_configs.RunConfig("on_p16", page_size=16)]
     e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"),
                     log_dir=str(tmp_path / "logs"), num_questions=1, question_file=str(questions),
                     warmup=0, concurrency=6, gpus=2)
@@ -177,8 +178,8 @@ def test_builtin_servers_are_measured_after_all_of_ours_on_every_gpu(monkeypatch
         return out
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("on_p16", page_size=16),
-               e2e.RunConfig("off_p64", mode="off", page_size=64), e2e.RunConfig("on_p64", page_size=64)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p16", page_size=16),
+               bench_configs.RunConfig("off_p64", mode="off", page_size=64), bench_configs.RunConfig("on_p64", page_size=64)]
     e2e.run_configs(configs, target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"),
                     num_questions=1, question_file=str(questions), warmup=0, concurrency=4, gpus=2)
     ours_end = max(end for name, (_, end) in spans.items() if name.startswith("on_"))
@@ -201,7 +202,7 @@ def test_a_group_stopped_mid_run_marks_what_it_did_not_measure(monkeypatch, tmp_
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", measure)
-    configs = [e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128, 256)]
+    configs = [bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 16, 64, 128, 256)]
     out = tmp_path / "e.json"
     with pytest.raises(KeyboardInterrupt):
         e2e.run_configs(configs, target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"),
@@ -221,9 +222,9 @@ def test_warm_up_prompts_differ_from_the_measured_ones(monkeypatch, tmp_path, qu
     from test_bench_mtbench import FakeSGLang
 
     FakeServer.started = []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: FakeServer(args, base_url=url, **kw))
     FakeSGLang.prompts = []
-    e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None)], target="T", draft="D",
+    e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None)], target="T", draft="D",
                     out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=3,
                     question_file=str(questions), warmup=2)
     warm = [p["text"] for p in FakeSGLang.prompts if "Briefly:" in p["text"]]
@@ -249,7 +250,7 @@ def _spy_benchmark(monkeypatch, completion_tokens):
 
 def test_every_configuration_records_token_margins(monkeypatch, tmp_path, questions, fake_servers):
     calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
-    res = e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64)],
+    res = e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64)],
                           target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
                           num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1)
     for name in ("nospec_p1", "on_p64"):  # speculative too: any run can be the reference
@@ -262,7 +263,7 @@ def test_every_configuration_records_token_margins(monkeypatch, tmp_path, questi
 def test_token_margins_that_do_not_cover_the_output_are_dropped_and_named(monkeypatch, tmp_path, questions,
                                                                           fake_servers):
     _spy_benchmark(monkeypatch, completion_tokens=lambda r: 3 if r["turn"] == 2 else 2)
-    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
                           question_file=str(questions), warmup=0)
     rec = res["on_p64"]
@@ -303,8 +304,8 @@ def test_failed_start_is_recorded_not_raised(monkeypatch, tmp_path, questions):
             raise e2e.ServerStartError("server exited with code 1", "log tail here")
 
     FakeServer.events = []
-    monkeypatch.setattr(e2e, "ServerProcess", lambda args, **kw: Exits(args, base_url="http://x", **kw))
-    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    monkeypatch.setattr(bench_configs, "ServerProcess", lambda args, **kw: Exits(args, base_url="http://x", **kw))
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path), num_questions=1,
                           question_file=str(questions), warmup=0)
     assert res["on_p64"]["error"].startswith("server exited with code 1") and res["on_p64"]["log_tail"] == "log tail here"
@@ -374,7 +375,7 @@ def test_no_worse_agreement_is_a_paired_sign_test(ours_off, theirs_off, ok):
 
 
 def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
-    sets = e2e.testbed_sets("fa3")
+    sets = bench_configs.testbed_sets("fa3")
     core = [c.name for c in sets["core"]]
     assert core == ["nospec_p1", "on_p1", "on_p64", "fake_p64", "off_p64"]
     ext = {c.name: c for c in sets["extended"]}
@@ -387,7 +388,7 @@ def test_sets_and_cli_select_configurations(monkeypatch, tmp_path):
     assert (ctl["on_p1_r2"].page_size, ctl["on_p1_r2"].topk) == (ctl["on_p1"].page_size, ctl["on_p1"].topk)
     assert ctl["nospec_p64"].algorithm is None and ctl["nospec_p64"].page_size == 64
     assert (ctl["on_p64_k1"].topk, ctl["on_p64_k1"].page_size) == (1, 64)
-    nospec = e2e.server_args(ctl["nospec_p64"], "T", "D", 30000, 4096, 0.4, None)
+    nospec = bench_configs.server_args(ctl["nospec_p64"], "T", "D", 30000, 4096, 0.4, None)
     assert nospec[nospec.index("--page-size") + 1] == "64" and not any("speculative" in a for a in nospec)
     # greedy equality is asked for at page 1/16/64 x topk 1/4/8 on every backend
     for be in ("on", "triton_on", "fi_on"):
@@ -490,7 +491,7 @@ def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions)
     earlier = tmp_path / "earlier" / "h9"
     earlier.mkdir(parents=True)
     (earlier / "_fwd_rope.json").write_text("{}")
-    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
                           question_file=str(questions), warmup=0, triton_seeds=[str(earlier.parent)])
     assert res["on_p64"]["triton_variants_seeded"] == 1
@@ -500,18 +501,18 @@ def test_run_configs_seeds_each_servers_cache(fake_servers, tmp_path, questions)
 
 def test_warm_up_fills_every_slot_of_the_measured_parallelism():
     qs = [{"question_id": i, "turns": ["a", "b"]} for i in range(4)]
-    (first, par), (second, par2) = e2e.warmup_mixes(qs, 16)
+    (first, par), (second, par2) = bench_configs.warmup_mixes(qs, 16)
     assert par == 16 and len(first) == 16 and {q["question_id"] for q in first} == {0, 1, 2, 3}
     assert par2 == 3 and second == qs[:1]
-    assert len(e2e.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
-    assert e2e.warmup_mixes([], 16) == []
+    assert len(bench_configs.warmup_mixes(qs * 5, 16)[0][0]) == 20  # more questions than slots: all of them
+    assert bench_configs.warmup_mixes([], 16) == []
 
 
 def test_throughput_runs_leave_margins_to_the_reference(monkeypatch, tmp_path, questions, fake_servers):
     """margins=False (--no-margins, the device perf and 8B calls): no logprob cost on speculative
     servers; the non-speculative reference keeps its margins for the agreement report."""
     calls = _spy_benchmark(monkeypatch, completion_tokens=lambda r: len(r.get("tokens") or ()))
-    res = e2e.run_configs([e2e.RunConfig("nospec_p1", algorithm=None), e2e.RunConfig("on_p64", page_size=64)],
+    res = e2e.run_configs([bench_configs.RunConfig("nospec_p1", algorithm=None), bench_configs.RunConfig("on_p64", page_size=64)],
                           target="T", draft="D", out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"),
                           num_questions=1, question_file=str(questions), warmup=1, parallel1_questions=1,
                           margins=False)
@@ -541,15 +542,15 @@ def test_our_counted_kernels_are_our_kernels():
 
 
 def test_servers_log_at_warning_unless_the_call_asks_for_more(monkeypatch):
-    cfg = e2e.testbed_sets("fa3")["core"][1]
+    cfg = bench_configs.testbed_sets("fa3")["core"][1]
 
     def level():
-        args = e2e.server_args(cfg, "T", "D", 30000, 4096, 0.5)
+        args = bench_configs.server_args(cfg, "T", "D", 30000, 4096, 0.5)
         return args[args.index("--log-level") + 1]
 
-    monkeypatch.delenv(e2e.LOG_LEVEL_ENV, raising=False)
+    monkeypatch.delenv(bench_configs.LOG_LEVEL_ENV, raising=False)
     assert level() == "warning"
-    monkeypatch.setenv(e2e.LOG_LEVEL_ENV, "info")
+    monkeypatch.setenv(bench_configs.LOG_LEVEL_ENV, "info")
     assert level() == "info"
 
 
@@ -567,7 +568,7 @@ def test_tokenizer_option_applies_the_chat_template_to_every_request(monkeypatch
                   "--tokenizer", str(TEMPLATED_TOKENIZER)])
     assert seen["tokenizer"] == str(TEMPLATED_TOKENIZER)
 
-    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=2,
                           question_file=str(questions), warmup=1, parallel1_questions=1, max_new_tokens=8,
                           tokenizer=str(TEMPLATED_TOKENIZER))
@@ -601,7 +602,7 @@ def test_a_tokenizer_without_chat_template_is_refused_before_any_server_starts(t
     cfg.pop("chat_template")
     (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="no chat template"):
-        e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+        e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                         out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "l"), num_questions=1,
                         question_file=str(questions), warmup=0, tokenizer=str(plain))
     assert fake_servers.started == []
@@ -619,7 +620,7 @@ def test_a_configuration_interrupted_before_its_summary_is_measured_by_the_next_
         return real_measure(server, cfg, *a, **kw)
 
     monkeypatch.setattr(e2e, "_measure", interrupted)
-    configs = [e2e.RunConfig("on_p1"), e2e.RunConfig("on_p64", page_size=64), e2e.RunConfig("on_p128", page_size=128)]
+    configs = [bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p64", page_size=64), bench_configs.RunConfig("on_p128", page_size=128)]
     out = tmp_path / "e.json"
     kw = dict(target="T", draft="D", out_json=str(out), log_dir=str(tmp_path / "logs"), num_questions=1,
               question_file=str(questions), warmup=0)
@@ -654,7 +655,7 @@ def test_retractions_are_counted_in_the_measured_pass_only(monkeypatch, tmp_path
 
     monkeypatch.setattr(e2e, "run_benchmark", logging_benchmark)
     monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
-    res = e2e.run_configs([e2e.RunConfig("on_p64", page_size=64)], target="T", draft="D",
+    res = e2e.run_configs([bench_configs.RunConfig("on_p64", page_size=64)], target="T", draft="D",
                           out_json=str(tmp_path / "e.json"), log_dir=str(tmp_path / "logs"), num_questions=1,
                           question_file=str(questions), warmup=1, parallel1_questions=1)
     rec = res["on_p64"]
@@ -663,6 +664,35 @@ def test_retractions_are_counted_in_the_measured_pass_only(monkeypatch, tmp_path
     log = Path(rec["log"]).read_text()
     assert log.count("Retract requests") == 2 + 2 + 1  # two warm-up mixes, measured pass, parallel 1
 
+
+
+def test_a_server_that_logged_a_fault_line_is_refused_and_no_report_prints_its_figure(monkeypatch, tmp_path,
+                                                                                     questions, fake_servers):
+    """A fault line anywhere in the server's log up to the end of the measured pass (here its warm-up):
+    the plugin was off from then on, so the configuration is not measured and the record names the line."""
+    from bench import v2_report
+    from test_bench_ab import _fault_line
+
+    real, line = e2e.run_benchmark, _fault_line()
+
+    def logging_benchmark(url, qs, **kw):
+        out = real(url, qs, **kw)
+        if FakeServer.started[-1].name == "on_p64" and not kw.get("top_logprobs"):  # a warm-up mix
+            with open(FakeServer.started[-1].log_path, "a") as f:
+                f.write(line)
+        return out
+
+    monkeypatch.setattr(e2e, "run_benchmark", logging_benchmark)
+    monkeypatch.setattr(FakeServer, "__init__", _with_log(FakeServer.__init__))
+    res = e2e.run_configs([bench_configs.RunConfig("on_p1"), bench_configs.RunConfig("on_p64", page_size=64)],
+                          target="T", draft="D", out_json=str(tmp_path / "e2e.json"), log_dir=str(tmp_path / "logs"),
+                          num_questions=1, question_file=str(questions), warmup=1)
+    bad, good = res["on_p64"], res["on_p1"]
+    assert bad["faults"][0] == line.strip() and bad["error"].startswith("refused: the server logged the plugin's "
+                                                                       "fault line: [2026-12-04 01:02:03 TP0]")
+    assert not e2e.measured(bad) and e2e.measured(good) and "faults" not in good
+    report = v2_report.report(tmp_path)
+    assert "refused: the server logged the plugin's fault line" in report
 
 def _with_log(init):
     def __init__(self, args, *, log_path, **kw):
@@ -686,7 +716,7 @@ def test_main_sizes_the_pool_for_its_configurations(monkeypatch, tmp_path, quest
     with pytest.raises(SystemExit):
         e2e.main(argv + ["--max-total-tokens", "auto"])
     prompt = int(capsys.readouterr().out.split("longest prompt ")[1].split()[0])
-    cfgs = [c for c in e2e.testbed_sets("fa3")["core"] if c.name in ("on_p1", "on_p64")]
+    cfgs = [c for c in bench_configs.testbed_sets("fa3")["core"] if c.name in ("on_p1", "on_p64")]
     assert seen["names"] == ["on_p1", "on_p64"] and [c.page_size for c in cfgs] == [1, 64]
     assert seen["max_total_tokens"] == kv_sizing.pool_tokens(cfgs, 8, prompt, 32) >= 8 * 2048
     with pytest.raises(SystemExit):  # a number stays that number

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sglang_eagle_paged.bench import gpu_sampler
+from bench import gpu_sampler
 
 
 def _line(t: float, util, mhz) -> str:

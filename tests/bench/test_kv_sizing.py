@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import e2e, kv_sizing
+from bench import e2e
+from sglang_eagle_paged.bench import configs as bench_configs, kv_sizing
 
-TEMPLATED_TOKENIZER = Path(e2e.__file__).resolve().parents[1] / "testbed" / "target"
+TEMPLATED_TOKENIZER = Path(bench_configs.__file__).resolve().parents[1] / "testbed" / "target"
 
 
 def _sglang_reserve(page, topk, steps, draft_tokens, algorithm="EAGLE"):
@@ -31,17 +32,17 @@ def _sglang_reserve(page, topk, steps, draft_tokens, algorithm="EAGLE"):
 @pytest.mark.parametrize("page", [1, 16, 64, 128])
 def test_the_reserve_is_sglangs_own(page, topk, draft_tokens, steps):
     draft_tokens = draft_tokens or steps + 1  # topk 1: a chain, one token per step and the root
-    cfg = e2e.RunConfig("x", page_size=page, topk=topk, steps=steps, num_draft_tokens=draft_tokens)
+    cfg = bench_configs.RunConfig("x", page_size=page, topk=topk, steps=steps, num_draft_tokens=draft_tokens)
     assert kv_sizing.reserve_per_decode(cfg) == _sglang_reserve(page, topk, steps, draft_tokens)
 
 
 def test_the_reserve_without_speculation_is_sglangs_own():
-    assert kv_sizing.reserve_per_decode(e2e.RunConfig("x", algorithm=None, page_size=64)) == _sglang_reserve(
+    assert kv_sizing.reserve_per_decode(bench_configs.RunConfig("x", algorithm=None, page_size=64)) == _sglang_reserve(
         64, None, None, None, algorithm=None)
 
 
 def test_the_pool_holds_the_largest_need_of_a_pair_in_whole_pages():
-    p1, p64, p128 = (e2e.RunConfig(f"on_p{p}", page_size=p) for p in (1, 64, 128))
+    p1, p64, p128 = (bench_configs.RunConfig(f"on_p{p}", page_size=p) for p in (1, 64, 128))
     # SGLang's reserve at topk 8, 5 steps, 64 draft tokens (the H200 runs' retractions)
     assert [kv_sizing.reserve_per_decode(c) for c in (p1, p64, p128)] == [128, 2048, 4096]
     # page 64: 300 + 256 + 2048 = 2604 slots, 41 pages = 2624 per request

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglang_eagle_paged.bench import parity
+from bench import parity
 
 
 def test_paired_diffs_pool_a_questions_turns():

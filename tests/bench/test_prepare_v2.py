@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglang_eagle_paged.bench import prepare_v2
+from bench import prepare_v2
 
 
 def test_rows_hold_whole_disjoint_pages_of_the_pool_as_the_paged_allocator_leaves_them():

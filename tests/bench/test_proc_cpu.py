@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sglang_eagle_paged.bench import proc_cpu
+from bench import proc_cpu
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads Linux /proc")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import profile as prof
+from bench import profile as prof
 
 torch = pytest.importorskip("torch")
 

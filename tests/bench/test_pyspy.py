@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_eagle_paged.bench import pyspy, v2_profile
+from bench import pyspy, v2_profile
 
 RAW = """\
 event_loop_overlap (sglang/srt/managers/scheduler.py:1716);run_batch (sglang/srt/managers/scheduler.py:3528);verify (sglang/srt/speculative/eagle_worker_v2.py:1495) 6

@@ -2,7 +2,7 @@
 
 - prefix integrity: random draft steps change no prefix KV byte, no prefix entry of
   ``req_to_token``, never slot 0, and nothing outside the slots they were handed;
-- no leaks: ``python -m sglang_eagle_paged.bench.soak_cpu`` (arrivals, finishes, aborts, retractions) ends
+- no leaks: ``python -m bench.soak_cpu`` (arrivals, finishes, aborts, retractions) ends
   with the allocator's initial free pages, with and without SGLang's allocator
   debug mode;
 - KV pressure: SGLang's scheduler reservation covers our tree extension (its own
@@ -124,7 +124,7 @@ SOAK_STEPS = 150  # ~15-25 s each on one CPU core (about 0.1 s per step under th
 
 @pytest.mark.parametrize("debug_pool,seed", [(False, 11), (True, 12)])
 def test_soak_script_leaks_nothing(debug_pool, seed):
-    cmd = [sys.executable, "-m", "sglang_eagle_paged.bench.soak_cpu", "--steps", str(SOAK_STEPS), "--seed", str(seed)]
+    cmd = [sys.executable, "-m", "bench.soak_cpu", "--steps", str(SOAK_STEPS), "--seed", str(seed)]
     if debug_pool:
         cmd.append("--debug-pool")
     env = dict(os.environ, TRITON_INTERPRET="1")

@@ -1,8 +1,8 @@
-"""CPU test of sglang_eagle_paged/bench/reproducibility.py on synthetic recordings."""
+"""CPU test of bench/reproducibility.py on synthetic recordings."""
 
 import json
 
-from sglang_eagle_paged.bench import reproducibility as mod
+from bench import reproducibility as mod
 
 
 def _rec(outputs, acc=2.0, error=None):
@@ -34,7 +34,7 @@ def test_main_prints_a_markdown_table(tmp_path, capsys):
 def test_gzipped_recordings_read_like_plain_ones(tmp_path):
     import gzip
 
-    from sglang_eagle_paged.bench.e2e import load_recording
+    from bench.e2e import load_recording
 
     rec = {"on_p64": _rec({"1/1": "x"})}
     plain, packed = tmp_path / "e2e.json", tmp_path / "e2e.json.gz"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_eagle_paged.bench import round_profile as rp
+from bench import round_profile as rp
 
 SCHED, GPU = (1, 10), (0, 7)
 
@@ -252,7 +252,7 @@ class ProfilingServer:
 
 
 def test_one_server_is_profiled_twice_during_its_load(tmp_path, monkeypatch):
-    from sglang_eagle_paged.bench import v2_profile
+    from bench import v2_profile
 
     server = ProfilingServer()
     calls = []

@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("requests")
 
-from sglang_eagle_paged.bench import stress  # noqa: E402
-from sglang_eagle_paged.bench.e2e import RunConfig, agreement  # noqa: E402
+from bench import stress  # noqa: E402
+from bench.e2e import RunConfig, agreement  # noqa: E402
 from test_bench_mtbench import QUESTIONS, FakeSGLang  # noqa: E402
 
 BOS = 1
@@ -227,7 +227,7 @@ def test_soak_flags_a_server_error_on_empty_input(fake):
 
 
 def test_soak_flags_one_token_requests_that_generate_more(fake, monkeypatch):
-    from sglang_eagle_paged.bench.stress import soak_driver
+    from bench.stress import soak_driver
 
     url, st = fake
     # The fake answers min(max_new, 4) tokens: a 'one' request reporting 2 would be flagged.
@@ -380,7 +380,7 @@ def test_long_context_copy(tmp_path):
 @pytest.fixture
 def no_stagger(monkeypatch):
     """run_group's servers start without serve_group's 1 s between starts."""
-    from sglang_eagle_paged.bench.stress import runner
+    from bench.stress import runner
 
     monkeypatch.setattr(runner, "serve_group", functools.partial(runner.serve_group, stagger_s=0.0))
 
@@ -448,7 +448,7 @@ def test_run_group_records_resumes_and_keeps_going(fake, no_stagger, tmp_path):
     a = res["a_on"]
     assert not a.get("error") and a["outputs"] == {"p0/1": "x"}
     assert a["server_args"][a["server_args"].index("--max-total-tokens") + 1] == "12288"
-    # Extras come last, so they override e2e.server_args' --log-level warning.
+    # Extras come last, so they override configs.server_args' --log-level warning.
     assert a["server_args"][::-1].index("info") < a["server_args"][::-1].index("warning")
     assert "--sleep-on-idle" not in a["server_args"]  # alone: nothing to share its GPUs with
     assert "--sleep-on-idle" in res["b_nospec"]["server_args"]

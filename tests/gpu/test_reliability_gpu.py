@@ -24,8 +24,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not REPLAY and not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 from sglang_eagle_paged.adapters.common import prefix_check  # noqa: E402
-from sglang_eagle_paged.bench import parity, stress  # noqa: E402
-from sglang_eagle_paged.bench.e2e import NEAR_TIE, RunConfig, agreement, no_worse_agreement, run_agreement  # noqa: E402
+from bench import parity, stress  # noqa: E402
+from bench.e2e import NEAR_TIE, RunConfig, agreement, no_worse_agreement, run_agreement  # noqa: E402
 from sglang_eagle_paged.bench.mtbench import load_questions  # noqa: E402
 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
@@ -43,7 +43,7 @@ PARITY_TOL = 0.03
 
 # --------------------------------------------------------------------------- servers
 # Testbed: 16M Llama, 16384 positions. EAGLE topk 8, steps 5, 64 draft tokens, fa3, CUDA
-# graphs; e2e.server_args adds --grammar-backend none --sampling-backend pytorch
+# graphs; configs.server_args adds --grammar-backend none --sampling-backend pytorch
 # --log-level warning --cuda-graph-max-bs 32 --disable-piecewise-cuda-graph (extras below
 # come after and win).
 EAGLE = dict(topk=8, steps=5, num_draft_tokens=64, backend="fa3")

@@ -121,7 +121,7 @@ def test_part_c_benchmark_then_serve_default_alone(checkout):
     rc, out = _call(checkout, "C")
     assert rc == 0, out
     bench = (checkout / "out" / "bench.log").read_text()
-    assert "timeout -s INT 330 python3 -m sglang_eagle_paged.bench.e2e --set extended" in bench
+    assert "timeout -s INT 330 python3 -m bench.e2e --set extended" in bench
     assert "--concurrency 8 " in bench                   # every configuration started together
     assert "--max-total-tokens 131072 " in bench         # page 128's reserve at parallel 16 fits
     assert "--draft sglang_eagle_paged/testbed/smollm2-draft " in bench   # no head trained here: the package's
@@ -165,18 +165,19 @@ def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
     e2e's own --tokenizer, the target's."""
     import shlex
 
-    from sglang_eagle_paged.bench import e2e
+    from bench import e2e
+    from sglang_eagle_paged.bench import configs
 
     text = CALL.read_text()
     only = re.search(r'BENCH_ONLY=\$\{BENCH_ONLY:-([^}]*)\}', text).group(1).split(",")
-    names = {c.name for c in e2e.testbed_sets("fa3")["extended"]}
+    names = {c.name for c in configs.testbed_sets("fa3")["extended"]}
     assert set(only) <= names, set(only) - names
     # issue 37: pages 1, 64 and 128; on, fake and SGLang's own (off); and no speculation
     assert {"nospec_p1", "on_p1", "on_p64", "on_p128", "fake_p64", "fake_p128", "off_p64", "off_p128"} <= set(only)
     rc, _ = _call(checkout, "C")
     assert rc == 0
     line = next(ln for ln in (checkout / "out" / "bench.log").read_text().splitlines() if "bench.e2e" in ln)
-    argv = shlex.split(line.split("python3 -m sglang_eagle_paged.bench.e2e", 1)[1])
+    argv = shlex.split(line.split("python3 -m bench.e2e", 1)[1])
     seen = {}
     monkeypatch.setattr(e2e, "run_configs", lambda configs, **kw: seen.update(configs=configs, **kw))
     assert e2e.main(argv) == 0

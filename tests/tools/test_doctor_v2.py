@@ -70,8 +70,10 @@ def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_ho
 
 
 def test_doctor_says_which_fa3_metadata_builders_serve():
-    unset = _run("doctor", "--no-self-test").stdout
-    assert "fa3 metadata" in unset and "SGLang's builders (SGLANG_EAGLE_PAGED_FA3_EXPAND unset or off" in unset
+    unset = _run("doctor", "--no-self-test").stdout  # 0.5.23: proven, so the default serves
+    assert "fused (SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the default): the draft round's FA3 metadata" in unset
+    off = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_FA3_EXPAND="off").stdout
+    assert "SGLang's builders (SGLANG_EAGLE_PAGED_FA3_EXPAND=off)" in off
     fused = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_FA3_EXPAND="fused").stdout
     assert "fused (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the draft round's FA3 metadata in one launch" in fused
     # the hooks doctor installed, as a server would: both builders' targets
@@ -82,7 +84,11 @@ def test_doctor_says_which_fa3_metadata_builders_serve():
 
     line = _fa3_metadata_line(settings.parse({settings.FA3_EXPAND: "fused"}), "0.5.15.post1")
     assert line.startswith("expand (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the expand builder replaced; ") \
-        and "0.5.15.post1" in line
+        and "0.5.15.post1" in line and "bounds the draft page table" in line
+    # unset on a release the proof does not cover: SGLang's builders, and the one line says why
+    line = _fa3_metadata_line(settings.parse({}), "0.5.13.post1")
+    assert line.startswith("SGLang's builders: the fused FA3 draft metadata (the v2 default) does nothing on "
+                           "SGLang 0.5.13.post1") and "bounds the draft page table" in line
 
 def test_doctor_explicit_on_where_unsupported_is_one_clear_failure():
     p = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED="bogus")

@@ -3,6 +3,7 @@ first on a measured server's PYTHONPATH). Without them this file does nothing.
 
 SGLANG_EAGLE_PAGED_SYNC_PROBE=<dir>: host syncs per draft step (sync_probe.py).
 SGLANG_EAGLE_PAGED_ROUND_MARKS=1: profiler ranges around each round and its verify (round_marks.py).
+SGLANG_EAGLE_PAGED_GC_STATS=<dir>: each process's garbage collections into <dir> (gc_stats.py).
 Another sitecustomize later on the path (the machine's) still runs, after this one.
 """
 import os
@@ -17,6 +18,14 @@ if os.environ.get("SGLANG_EAGLE_PAGED_SYNC_PROBE") or os.environ.get("SGLANG_EAG
 
         sync_probe.install()
         round_marks.install()
+    finally:
+        sys.path.remove(_here)
+if os.environ.get("SGLANG_EAGLE_PAGED_GC_STATS"):
+    sys.path.insert(0, _here)
+    try:
+        import gc_stats
+
+        gc_stats.install(os.environ["SGLANG_EAGLE_PAGED_GC_STATS"])
     finally:
         sys.path.remove(_here)
 

@@ -5,9 +5,9 @@ One hot-path hook: the paged tree draft's prefix-tail duplication
 installed release (:mod:`.hook_points`). Its kernel compiles when the draft worker's pool is
 allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`. With
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` on, fa3's draft reads the prefix tail in place and nothing is
-copied for it (:mod:`.fa3_in_place`; off by default, proven on CPU, GPU pending). With
-``SGLANG_EAGLE_PAGED_FA3_EXPAND`` set, FA3's tree-draft metadata builders are replaced as on v1
-(:mod:`.fa3_replay`; opt-in on v2).
+copied for it (:mod:`.fa3_in_place`; off by default: measured slower than the fused copy). FA3's
+tree-draft metadata builders are replaced as on v1 (:mod:`.fa3_replay`; ``SGLANG_EAGLE_PAGED_FA3_EXPAND``,
+fused by default where proven).
 """
 
 import logging
@@ -145,10 +145,13 @@ def _fa3_metadata_line(s: Settings, version) -> str:
 
     chosen = fa3_replay.chosen(s, version)
     if chosen is FA3Expand.OFF:
-        return (f"SGLang's builders ({settings.FA3_EXPAND} unset or off; opt-in on v2: =fused puts the "
-                "draft round's metadata in one launch)")
+        if not s.fa3_expand_explicit:
+            return f"SGLang's builders: {releases.fa3_fused_v2_problem(version, explicit=False)}"
+        return f"SGLang's builders ({settings.FA3_EXPAND}=off)"
     if chosen is FA3Expand.FUSED:
-        return f"fused ({settings.FA3_EXPAND}=fused): the draft round's FA3 metadata in one launch"
+        how = f"{settings.FA3_EXPAND}=fused" if s.fa3_expand_explicit else f"{settings.FA3_EXPAND} unset: the default"
+        return f"fused ({how}): the draft round's FA3 metadata in one launch" + (
+            "; SGLang's builders where fa3 reads in place" if s.fa3_in_place else "")
     asked = s.fa3_expand_for("v2")
     why = releases.fa3_fused_v2_problem(version) if asked is FA3Expand.FUSED else None
     return f"expand ({settings.FA3_EXPAND}={asked.value}): the expand builder replaced" + (f"; {why}" if why else "")
@@ -160,4 +163,5 @@ def _fa3_in_place_line(asked: bool, version) -> str:
     if not asked:
         return f"off ({settings.FA3_IN_PLACE} unset: fa3 copies the prefix tail)"
     problem = releases.fa3_in_place_problem(version)
-    return problem if problem else f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies"
+    return problem if problem else (f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it "
+                                    "lies, its metadata from SGLang's builders (the fused writer does not write that form)")

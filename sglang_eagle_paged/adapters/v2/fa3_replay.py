@@ -1,6 +1,6 @@
 """FA3's tree-draft metadata builders on the v2 worker, replaced where asked
-(``SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`` or ``expand``; unset, SGLang's own serve: opt-in on v2
-until a GPU run has measured it here, see :mod:`sglang_eagle_paged.settings`).
+(``SGLANG_EAGLE_PAGED_FA3_EXPAND`` unset or ``fused``: the fused replay metadata, on the releases where
+it is proven; ``expand``; ``off``: SGLang's own; see :mod:`sglang_eagle_paged.settings`).
 
 The same host cost as on v1 (:mod:`..common.fa3_metadata`), reached another way. Every v2
 release's draft CUDA-graph runner calls, per draft round,
@@ -39,16 +39,17 @@ FUSED_TARGET = fa3_metadata.FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_out
 
 
 def chosen(settings: Settings, version=None) -> FA3Expand:
-    """What serves on v2 ``version``: the setting, with ``fused`` down to ``expand`` where the
-    replay hook is not proven (one line says so)."""
+    """What serves on v2 ``version``: the setting; where the fused replay hook is not proven, an
+    explicit ``fused`` comes down to ``expand`` and the unset default to SGLang's own builders (one
+    line says which and why)."""
     from ...releases import fa3_fused_v2_problem
 
     selection = settings.fa3_expand_for("v2")
     if selection is FA3Expand.FUSED:
-        problem = fa3_fused_v2_problem(version)
+        problem = fa3_fused_v2_problem(version, explicit=settings.fa3_expand_explicit)
         if problem:
             logger.info("[sglang-eagle-paged] %s", problem)
-            return FA3Expand.EXPAND
+            return FA3Expand.EXPAND if settings.fa3_expand_explicit else FA3Expand.OFF
     return selection
 
 

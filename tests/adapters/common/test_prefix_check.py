@@ -18,7 +18,7 @@ import torch  # noqa: E402
 
 from sglang_eagle_paged.adapters.common import prefix_check as pc  # noqa: E402
 from sglang_eagle_paged.adapters.v1 import sglang_api as compat  # noqa: E402
-from sglang_eagle_paged.bench.stress import scan_log  # noqa: E402
+from bench.stress import scan_log  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode  # noqa: E402
@@ -120,7 +120,7 @@ def test_one_flipped_prefix_byte_is_one_violation(h, caplog, pool, kv):
     run(h, flip)
     assert pc.counters["violations"] == 1 and pc.counters["steps"] == 1
     [msg] = errors(caplog)
-    assert msg.startswith("[sglang-eagle-paged] prefix integrity violated: ")
+    assert msg.startswith("[sglang-eagle-paged] [fault] prefix integrity violated: ")
     assert f"{pool} pool, draft step, 1 of {len(LENS)} requests (row {h.rows[req]}: 1 of 13 slots)" in msg
     assert f"1 of {2 * LAYERS} K/V buffers changed ({kv[0].upper()}{layer})" in msg
 

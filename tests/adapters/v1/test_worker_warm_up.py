@@ -118,7 +118,7 @@ def test_warm_up_skips_configurations_sglang_handles():
 def test_worker_start_logs_activation_per_rank(caplog, monkeypatch, page, handled):
     """The line the reliability suite looks for on every TP rank (register()'s own is lost:
     SGLang loads plugins before it sets up logging)."""
-    from sglang_eagle_paged.bench.stress.logs import scan_log
+    from bench.stress.logs import scan_log
     from sglang_eagle_paged.adapters.v1.draft_preprocess import worker_init_hook
 
     monkeypatch.setenv("SGLANG_EAGLE_PAGED", "on")

@@ -1,5 +1,5 @@
 """FA3's tree-draft metadata replacements on the v2 worker (``SGLANG_EAGLE_PAGED_FA3_EXPAND``,
-opt-in there), against the installed SGLang's own replay.
+fused by default where proven), against the installed SGLang's own replay.
 
 The backends are SGLang's (``tools.harness.fa3_multi_step_backend``: ``object.__new__`` plus
 the attributes its methods read, CUDA-graph buffers allocated by ``init_cuda_graph_state`` and
@@ -217,9 +217,13 @@ def _targets(hooks):
     return [h.target for h in hooks]
 
 
-def test_default_installs_nothing_and_explicit_values_install_their_hooks():
+def test_the_default_is_fused_where_proven_and_each_value_installs_its_hooks(caplog):
     fused = fa3_replay.FUSED_TARGET
-    assert not {fa3_metadata.TARGET, fused} & set(_targets(v2.hooks(settings.parse({}))))
+    default = _targets(v2.hooks(settings.parse({})))  # this environment's release: proven
+    assert fa3_metadata.TARGET in default and fused in default
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):  # unproven: SGLang's builders, one line why
+        assert not {fa3_metadata.TARGET, fused} & set(_targets(v2.hooks(settings.parse({}), version="0.5.13.post1")))
+    assert any("the v2 default" in r.getMessage() and "0.5.13.post1" in r.getMessage() for r in caplog.records)
     got = _targets(v2.hooks(settings.parse({settings.FA3_EXPAND: "fused"})))
     assert fa3_metadata.TARGET in got and fused in got
     assert sum(t.endswith(".init_attention_backend") for t in got) >= 2  # theirs and the copy's warm-up
@@ -307,9 +311,10 @@ def test_warm_up_skips_other_backends():
     assert seen == []
 
 
-@pytest.mark.parametrize("raw,hooked", [("fused", "True True"), ("", "False False")])
-def test_plugin_load_installs_the_replacements_only_when_asked(raw, hooked):
-    """In a fresh interpreter, as SGLang loads plugins: opt-in on v2."""
+@pytest.mark.parametrize("raw,hooked", [("fused", "True True"), ("", "True True"), ("off", "False False")])
+def test_plugin_load_installs_the_replacements_unless_switched_off(raw, hooked):
+    """In a fresh interpreter, as SGLang loads plugins: fused by default on the releases it is
+    proven on (this environment's), SGLang's own builders with =off."""
     probe = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
              "from sglang.srt.plugins import load_plugins; load_plugins()\n"
              "from sglang.srt.plugins.hook_registry import HookRegistry as R\n"
@@ -321,4 +326,4 @@ def test_plugin_load_installs_the_replacements_only_when_asked(raw, hooked):
                        cwd=Path(__file__).resolve().parents[3])
     assert p.returncode == 0, p.stderr[-3000:]
     assert f"HOOKED {hooked}" in p.stdout
-    assert f"fa3 metadata={'fused' if raw else 'SGLang' + chr(39) + 's'}" in p.stderr
+    assert f"fa3 metadata={'SGLang' + chr(39) + 's' if raw == 'off' else 'fused'}" in p.stderr
