@@ -128,14 +128,20 @@ def doctor_lines(settings_or_mode) -> list:
     return out
 
 
+def _opt_in_line(asked: bool, variable: str, unset: str, problem: str | None, on: str) -> str:
+    """doctor's line for an opt-in setting: off (and what serves), not proven here (why), or what it does."""
+    if not asked:
+        return f"off ({variable} unset: {unset})"
+    return problem if problem else on
+
+
 def _dense_draft_line(asked: bool, version) -> str:
     from ... import releases, settings
 
-    if not asked:
-        return f"off ({settings.DENSE_DRAFT} unset: SGLang's per-branch draft layout and reserve)"
-    problem = releases.dense_draft_problem(version)
-    return problem if problem else (f"asked ({settings.DENSE_DRAFT}): page 1's draft slots and reserve where the "
-                                    "draft worker's backend is flashinfer's or triton's (decided at start-up, one line)")
+    return _opt_in_line(asked, settings.DENSE_DRAFT, "SGLang's per-branch draft layout and reserve",
+                        releases.dense_draft_problem(version) if asked else None,
+                        f"asked ({settings.DENSE_DRAFT}): page 1's draft slots and reserve where the draft worker's "
+                        "backend is flashinfer's or triton's (decided at start-up, one line)")
 
 
 def _fa3_metadata_line(s: Settings, version) -> str:
@@ -160,8 +166,7 @@ def _fa3_metadata_line(s: Settings, version) -> str:
 def _fa3_in_place_line(asked: bool, version) -> str:
     from ... import releases, settings
 
-    if not asked:
-        return f"off ({settings.FA3_IN_PLACE} unset: fa3 copies the prefix tail)"
-    problem = releases.fa3_in_place_problem(version)
-    return problem if problem else (f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it "
-                                    "lies, its metadata from SGLang's builders (the fused writer does not write that form)")
+    return _opt_in_line(asked, settings.FA3_IN_PLACE, "fa3 copies the prefix tail",
+                        releases.fa3_in_place_problem(version) if asked else None,
+                        f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies, its metadata "
+                        "from SGLang's builders (the fused writer does not write that form)")
