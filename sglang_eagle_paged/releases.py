@@ -38,6 +38,11 @@ FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 FA3_FUSED_V2_WHY_NOT = ("before 0.5.17 SGLang bounds the draft page table by the CPU lengths (a device read "
                         "where they are missing), which the fused writer does not reproduce")
+# Where the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT) is proven on SGLang's own code
+# (tests/adapters/v2/test_dense_draft.py and test_dense_hooks.py on 0.5.23 and 0.5.17,
+# test_dense_rounds.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
+# prepare_for_draft, the index kernel's positional page_size) are those of 0.5.17 .. 0.5.23.
+DENSE_DRAFT_PROVEN = (Version("0.5.17"), Version("0.5.23"))
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.
 OLDEST = V1_PATCHED[0]
@@ -130,6 +135,13 @@ def fa3_fused_v2_problem(version: str | None = None, explicit: bool = True) -> s
                          "only the expand builder is replaced (as with =expand)", FA3_FUSED_V2_WHY_NOT)
     return _unproven(version, FA3_FUSED_V2_PROVEN, "the fused FA3 draft metadata (the v2 default)",
                      "SGLang's own FA3 metadata builders serve", FA3_FUSED_V2_WHY_NOT)
+
+
+def dense_draft_problem(version: str | None = None) -> str | None:
+    """None where the dense draft layout is proven for ``version`` (default: installed); else why the
+    setting does nothing there, in one line."""
+    return _unproven(version, DENSE_DRAFT_PROVEN, "SGLANG_EAGLE_PAGED_DENSE_DRAFT",
+                     "SGLang's per-branch layout and reserve serve")
 
 
 def patched_release(version: str | None = None) -> str | None:

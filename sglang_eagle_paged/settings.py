@@ -9,7 +9,9 @@ User settings:
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
 ``releases.FA3_FUSED_V2_PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
-``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md),
+``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft layout and reserve at page > 1, flashinfer and
+triton; off by default, CPU-proven, GPU pending), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
@@ -28,11 +30,12 @@ ALLOW_TRITON = "SGLANG_EAGLE_PAGED_ALLOW_TRITON"
 CHECK_PREFIX = "SGLANG_EAGLE_PAGED_CHECK_PREFIX"
 FA3_EXPAND = "SGLANG_EAGLE_PAGED_FA3_EXPAND"
 FA3_IN_PLACE = "SGLANG_EAGLE_PAGED_FA3_IN_PLACE"
+DENSE_DRAFT = "SGLANG_EAGLE_PAGED_DENSE_DRAFT"
 VERIFY_FREE = "SGLANG_EAGLE_PAGED_VERIFY_FREE"
 DIRECT_LAUNCH = "SGLANG_EAGLE_PAGED_DIRECT_LAUNCH"
 SMOLLM2_DIR = "SGLANG_EAGLE_PAGED_SMOLLM2_DIR"  # tools: where the converted real model is cached
 
-ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, VERIFY_FREE, DIRECT_LAUNCH, SMOLLM2_DIR)
+ENV_VARS = (MODE, ALLOW_TRITON, CHECK_PREFIX, FA3_EXPAND, FA3_IN_PLACE, DENSE_DRAFT, VERIFY_FREE, DIRECT_LAUNCH, SMOLLM2_DIR)
 # Read by the v1 adapter only (SGLang 0.5.8 .. 0.5.12.post1): elsewhere setting one changes nothing,
 # which start-up says in one line (unused_by).
 V1_ONLY = (ALLOW_TRITON, CHECK_PREFIX, VERIFY_FREE)
@@ -75,6 +78,7 @@ class Settings:
     check_prefix: bool = False
     fa3_expand: FA3Expand | None = None  # None: unset, the generation's default (fa3_expand_for)
     fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (opt-in: docs/configuration.md)
+    dense_draft: bool = False  # v2: the draft slots and reserve of page 1 at page > 1 (CPU-proven, GPU pending)
     verify_free: bool = True
     direct_launch: bool = True
     smollm2_dir: str | None = None
@@ -128,6 +132,7 @@ def parse(env=None) -> Settings:
         check_prefix=_bool(env, CHECK_PREFIX, False),
         fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, None, fa3_aliases),
         fa3_in_place=_bool(env, FA3_IN_PLACE, False),
+        dense_draft=_bool(env, DENSE_DRAFT, False),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
         smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,

@@ -3,12 +3,14 @@ requests without SGLang retracting any, at each page size asked.
 
 SGLang's v2 worker keeps a reserve free for every running request at each decode step
 (:mod:`sglang_eagle_paged.kv_reserve`); with topk > 1 it is whole pages for every draft branch, so a
-pool that serves page 1 can retract at page 64. Pure arithmetic: no SGLang import, no GPU.
+pool that serves page 1 can retract at page 64. Beside it, the same for the dense draft layout (page
+1's slots at every page size; ``docs/design.md``, "Page > 1 in page 1's memory": opt-in with
+``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` for flashinfer and triton). Pure arithmetic: no SGLang import, no GPU.
 """
 
 import argparse
 
-from ..kv_reserve import reserve_per_decode, slots_per_request
+from ..kv_reserve import held_beyond_committed, reserve_per_decode, slots_per_request
 
 
 def _positive(text: str) -> int:
@@ -31,12 +33,17 @@ def add_arguments(parser) -> None:
 
 
 def table(a) -> str:
-    rows = ["| page | reserve per request | slots per request | --max-total-tokens for the batch |",
-            "|---|---|---|---|"]
+    rows = ["| page | reserve per request | slots per request | --max-total-tokens for the batch "
+            "| dense: reserve (held at most) | dense: slots per request | dense: --max-total-tokens |",
+            "|---|---|---|---|---|---|---|"]
     for page in a.page_size:
-        reserve = reserve_per_decode(page, a.topk, a.steps, a.draft_tokens)
-        per_request = slots_per_request(page, a.context, reserve)
-        rows.append(f"| {page} | {reserve:,} | {per_request:,} | {a.running * per_request:,} |")
+        cells = [str(page)]
+        for dense in (False, True):
+            reserve = reserve_per_decode(page, a.topk, a.steps, a.draft_tokens, dense=dense)
+            per_request = slots_per_request(page, a.context, reserve)
+            held = f" ({held_beyond_committed(page, reserve):,})" if dense else ""
+            cells += [f"{reserve:,}{held}", f"{per_request:,}", f"{a.running * per_request:,}"]
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -45,5 +52,7 @@ def run(args) -> int:
           f"{args.running} running requests of up to {args.context:,} tokens each:\n")
     print(table(args))
     print("\nA smaller pool retracts requests under that load; a larger --max-running-requests needs "
-          "proportionally more (README: Page size and KV memory).")
+          "proportionally more (README: Page size and KV memory). The dense columns: the draft slots laid out "
+          "as page 1 lays them out (SGLANG_EAGLE_PAGED_DENSE_DRAFT=1, flashinfer and triton draft backends; "
+          "docs/design.md, 'Page > 1 in page 1's memory'); without it a server reserves the first three columns' figures.")
     return 0

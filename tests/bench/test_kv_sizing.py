@@ -100,3 +100,12 @@ def _formula(version):
 def test_every_v2_release_reserves_by_the_formula_0_5_23_runs(version):
     assert _formula(version) == _formula("0.5.23")
     assert _formula(version)[0] == ["(page_size - 1 + spec_steps + page_size - 1) // page_size"]
+
+
+@pytest.mark.parametrize("page", [16, 64, 128])
+def test_the_dense_reserve_is_sglangs_own_at_page_1(page):
+    """The dense draft layout puts the draft slots where page 1 does, so its reserve is SGLang's own
+    page-1 reserve at every page size (``kv-size``'s dense columns)."""
+    from sglang_eagle_paged.kv_reserve import reserve_per_decode
+
+    assert reserve_per_decode(page, 8, 5, 64, dense=True) == _sglang_reserve(1, 8, 5, 64) == 128

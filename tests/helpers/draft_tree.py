@@ -122,6 +122,17 @@ def prepare_for_draft(case, monkeypatch):
                            tgt=tgt, src=src)
 
 
+def draft_forward_batch(case, prep):
+    """The draft decode's forward batch as the multi-step draft backends' ``common_template`` reads it."""
+    return SimpleNamespace(
+        batch_size=case.bs, seq_lens=case.seq_lens.clone(), seq_lens_cpu=case.seq_lens.clone(),
+        seq_lens_sum=int(case.seq_lens.sum()), req_pool_indices=case.req_pool_indices.clone(),
+        positions=prep.positions, kv_loc_plan=None, out_cache_loc=prep.out_cache_loc,
+        spec_info=SimpleNamespace(kv_indptr=None, kv_indices=None, window_kv_indptr=None,
+                                  window_kv_indices=None, is_draft_input=lambda: True),
+    )
+
+
 def expected_reads(case, prep, step):
     """What a branch should read at draft step ``step``: its prefix, then its own draft slots."""
     loc = prep.out_cache_loc.view(case.bs, case.topk, case.steps)

@@ -56,6 +56,19 @@ def test_doctor_says_whether_fa3_reads_in_place():
     assert "on (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): fa3's draft reads the prefix tail where it lies" in on  # 0.5.23: proven
 
 
+def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_hooks():
+    off = _run("doctor", "--no-self-test").stdout
+    assert "SGLANG_EAGLE_PAGED_DENSE_DRAFT unset: SGLang's per-branch draft layout and reserve" in off
+    on = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_DENSE_DRAFT="1").stdout
+    assert "asked (SGLANG_EAGLE_PAGED_DENSE_DRAFT): page 1's draft slots" in on  # 0.5.23: proven
+    hooked = [line for line in on.splitlines()
+              if line.startswith("[ok  ] hook") or ("hook (optional)" in line and line.endswith("applied"))]
+    for target in ("get_alloc_len_per_decode", "eagle_worker_common.prepare_for_draft",
+                   "triton_backend.generate_draft_decode_kv_indices",
+                   "flashinfer_backend.generate_draft_decode_kv_indices"):
+        assert any(target in line for line in hooked), on
+
+
 def test_doctor_says_which_fa3_metadata_builders_serve():
     unset = _run("doctor", "--no-self-test").stdout  # 0.5.23: proven, so the default serves
     assert "fused (SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the default): the draft round's FA3 metadata" in unset

@@ -55,6 +55,10 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
     if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
         out += fa3_in_place_hooks(version)
+    if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.dense_draft:
+        from . import dense_draft
+
+        out += [Hook(target, fn, kind, required) for target, fn, kind, required in dense_draft.hooks(version)]
     if isinstance(settings_or_mode, Settings):  # on and fake alike, as on v1: an A/B differs by the copy only
         from . import fa3_replay
 
@@ -120,7 +124,24 @@ def doctor_lines(settings_or_mode) -> list:
         out.append(("fa3 metadata", _fa3_metadata_line(settings_or_mode, version)))
         if mode is Mode.ON:
             out.append(("fa3 in place", _fa3_in_place_line(settings_or_mode.fa3_in_place, version)))
+            out.append(("dense draft", _dense_draft_line(settings_or_mode.dense_draft, version)))
     return out
+
+
+def _opt_in_line(asked: bool, variable: str, unset: str, problem: str | None, on: str) -> str:
+    """doctor's line for an opt-in setting: off (and what serves), not proven here (why), or what it does."""
+    if not asked:
+        return f"off ({variable} unset: {unset})"
+    return problem if problem else on
+
+
+def _dense_draft_line(asked: bool, version) -> str:
+    from ... import releases, settings
+
+    return _opt_in_line(asked, settings.DENSE_DRAFT, "SGLang's per-branch draft layout and reserve",
+                        releases.dense_draft_problem(version) if asked else None,
+                        f"asked ({settings.DENSE_DRAFT}): page 1's draft slots and reserve where the draft worker's "
+                        "backend is flashinfer's or triton's (decided at start-up, one line)")
 
 
 def _fa3_metadata_line(s: Settings, version) -> str:
@@ -145,8 +166,7 @@ def _fa3_metadata_line(s: Settings, version) -> str:
 def _fa3_in_place_line(asked: bool, version) -> str:
     from ... import releases, settings
 
-    if not asked:
-        return f"off ({settings.FA3_IN_PLACE} unset: fa3 copies the prefix tail)"
-    problem = releases.fa3_in_place_problem(version)
-    return problem if problem else (f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it "
-                                    "lies, its metadata from SGLang's builders (the fused writer does not write that form)")
+    return _opt_in_line(asked, settings.FA3_IN_PLACE, "fa3 copies the prefix tail",
+                        releases.fa3_in_place_problem(version) if asked else None,
+                        f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies, its metadata "
+                        "from SGLang's builders (the fused writer does not write that form)")

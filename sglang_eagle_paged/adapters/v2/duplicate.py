@@ -28,7 +28,7 @@ installs no hook at all.
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
 from ..common.fault_switch import FaultSwitch
-from . import backends, pools
+from . import backends, dense_draft, pools
 from .hook_points import FUNCTION
 
 
@@ -91,7 +91,7 @@ def make_hook(mode: Mode, copy_decision=backends.pool_decision):
                                                  num_new_pages, topk, page_size):
         if topk <= 1:  # SGLang's own early return: no other branch to fill
             return None
-        if fake:
+        if fake or dense_draft.PLAN.active:  # the dense layout has no prefix tail to copy
             return None
         if not _switched_off:
             try:

@@ -9,6 +9,7 @@ only: a failure is logged at debug level and changes nothing.
 """
 
 from ...kv_reserve import reserve_per_decode
+from . import dense_draft
 from .warm_up_scope import logger, paged_tree_pools, shared
 
 _NOTED_ATTR = "_eagle_paged_v2_reserve_noted"
@@ -25,7 +26,7 @@ def note(worker) -> str | None:
             return None
         page, topk = allocator.page_size, worker.topk
         steps, draft = worker.speculative_num_steps, worker.speculative_num_draft_tokens
-        reserve = reserve_per_decode(page, topk, steps, draft)
+        reserve = reserve_per_decode(page, topk, steps, draft, dense=dense_draft.PLAN.active)
         size = int(allocator.size)
         cap = getattr(getattr(worker, "server_args", None), "max_running_requests", None) or \
             getattr(shared(worker, "req_to_token_pool"), "size", None)

@@ -22,7 +22,7 @@ import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
 from ..common import fa3_metadata
-from . import alloc_warm_up, backends, duplicate, fa3_in_place, kv_reserve_note, move_warm_up, pools
+from . import alloc_warm_up, backends, dense_draft, duplicate, fa3_in_place, kv_reserve_note, move_warm_up, pools
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -82,6 +82,7 @@ def switch_off_everything(fault: str) -> None:
 
 def after_hook(result, worker, *args, **kwargs):
     """AFTER hook for the draft workers' ``init_attention_backend``."""
+    dense_draft.decide(worker)  # SGLANG_EAGLE_PAGED_DENSE_DRAFT: its one line; a check that fails refuses
     try:
         warm_up_worker(worker)
     except Exception as exc:  # noqa: BLE001 -- our kernel failed before serving: SGLang's own serves instead

@@ -48,7 +48,7 @@ from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd  
 from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # noqa: E402
 
 from helpers.draft_tree import (  # noqa: E402
-    HEAD_DIM, HEADS, UNALLOCATED, draft_decode_set_expand_metadata, expected_reads, make_case,
+    HEAD_DIM, HEADS, UNALLOCATED, draft_decode_set_expand_metadata, draft_forward_batch, expected_reads, make_case,
     plain_translator, prepare_for_draft)
 
 torch.set_num_threads(1)
@@ -57,14 +57,7 @@ torch.set_num_threads(1)
 # --------------------------------------------------------------------------- the readers
 
 
-def _forward_batch(case, prep):
-    return SimpleNamespace(
-        batch_size=case.bs, seq_lens=case.seq_lens.clone(), seq_lens_cpu=case.seq_lens.clone(),
-        seq_lens_sum=int(case.seq_lens.sum()), req_pool_indices=case.req_pool_indices.clone(),
-        positions=prep.positions, kv_loc_plan=None, out_cache_loc=prep.out_cache_loc,
-        spec_info=SimpleNamespace(kv_indptr=None, kv_indices=None, window_kv_indptr=None,
-                                  window_kv_indices=None, is_draft_input=lambda: True),
-    )
+_forward_batch = draft_forward_batch
 
 
 def _recorder(steps_seen):

@@ -55,12 +55,24 @@ def _raise(*_a, **_k):
     raise RuntimeError("broken on purpose")
 
 
-@pytest.mark.parametrize("module,attr,fn", [
-    (pools, "decline_reason", _raise),              # building the verdict / buffer table
-    (duplicate, "duplicate_prefix_tail", _raise),   # the launch (compile errors included)
-    (duplicate, "duplicate_prefix_tail", _half_then_fail),
-], ids=["verdict", "launch", "partial-launch"])
-def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, attr, fn, fresh, monkeypatch, caplog):
+def _raise_value(*_a, **_k):  # a bad argument or shape check of ours
+    raise ValueError("broken on purpose")
+
+
+def _raise_key(*_a, **_k):  # a cache lookup of ours
+    raise KeyError("broken on purpose")
+
+
+@pytest.mark.parametrize("module,attr,fn,kind", [
+    (pools, "decline_reason", _raise, "RuntimeError"),              # building the verdict / buffer table
+    (duplicate, "duplicate_prefix_tail", _raise, "RuntimeError"),   # the launch (compile errors included)
+    (duplicate, "duplicate_prefix_tail", _half_then_fail, "RuntimeError"),
+    # not only RuntimeError: whatever our path raises must stay out of SGLang's scheduler
+    (pools, "decline_reason", _raise_value, "ValueError"),
+    (duplicate, "duplicate_prefix_tail", _raise_key, "KeyError"),
+], ids=["verdict", "launch", "partial-launch", "verdict-ValueError", "launch-KeyError"])
+def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, attr, fn, kind, fresh, monkeypatch,
+                                                                      caplog):
     calls = []
 
     def broken(*a, **k):
@@ -79,7 +91,7 @@ def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, att
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     assert len(calls) == 1
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and "switched off" in errors[0].getMessage() and "RuntimeError" in errors[0].getMessage()
+    assert len(errors) == 1 and "switched off" in errors[0].getMessage() and kind in errors[0].getMessage()
     assert duplicate.switched_off()
 
 

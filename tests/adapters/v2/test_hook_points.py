@@ -162,3 +162,15 @@ def test_check_names_what_changed(monkeypatch):
     assert reason.startswith(hp.NEWEST.target) and "new code" in reason
     monkeypatch.setattr(hp, "NEWEST", hp.Home("sglang.srt.speculative.no_such_module", "x.y", "0.5.24", "9"))
     assert "does not resolve" in hp.check_hook_points("0.5.99")
+
+
+def test_check_refuses_a_caller_that_does_not_look_the_function_up_as_a_module_global():
+    """The check's last step: hooking the module attribute reaches the caller only while the caller
+    looks the function up by its global name. A real SGLang function of the same module that does
+    not (the draft extend's preparation) must be refused; the real caller must pass."""
+    pytest.importorskip("sglang.srt.speculative.eagle_worker_common")
+    home = hp.home_for("0.5.23")
+    assert hp.check_home(home) is None
+    other = hp.Home(home.module, home.module + ".prepare_for_draft_extend", home.first, home.last)
+    reason = hp.check_home(other)
+    assert reason is not None and "no longer looks up" in reason and hp.FUNCTION in reason

@@ -1,0 +1,296 @@
+"""The dense draft layout at page > 1 (issue 54): the draft slots where page 1 puts them.
+
+SGLang's v2 worker at ``--page-size P > 1`` with ``topk > 1`` gives every draft branch pages of
+its own (branch ``t``, step ``s`` at row position ``prefix_base + t*N*P + last + s``) and reserves
+whole pages for every branch at every decode step. The dense layout puts branch ``t``, step ``s``
+at ``L + t*steps + s`` (``L``: the committed length), as SGLang's page-1 path does
+(``assign_draft_cache_locs_contiguous``), so page 1's reserve suffices and nothing is copied. The
+study of what in SGLang 0.5.13 .. 0.5.23 knows the per-branch layout, and what must change, is
+``docs/design.md``, "Page > 1 in page 1's memory".
+
+The two pieces SGLang cannot be told through its own arguments, proven on its own code
+(``tests/adapters/v2/test_dense_draft.py``, ``test_dense_rounds.py``, ``test_dense_hooks.py``):
+
+- :func:`dense_out_cache_loc`: the draft's write slots in the dense layout (what replaces the
+  paged branch's gather in ``prepare_for_draft``);
+- :class:`DenseDraftIndices`: SGLang's ``generate_draft_decode_kv_indices`` (the flashinfer and
+  triton draft decode's per-token index list, eager and CUDA graph alike) launched with
+  ``page_size`` 1, its page-1 formula, which is all ``page_size`` selects where reads are not
+  translated.
+
+fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
+from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
+
+Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.DENSE_DRAFT_PROVEN``)
+the hooks are (:func:`hooks`):
+
+- AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the plan is
+  on (``get_alloc_reserve_per_decode`` and so the allocation and the retract gate follow; the
+  ``req_to_token`` rows, sized before any draft worker exists, keep SGLang's width);
+- AROUND ``prepare_for_draft``: after SGLang's paged branch, its ``out_cache_loc`` rewritten in
+  place with the dense slots (the duplication hook copies nothing while the plan is on);
+- REPLACE the ``generate_draft_decode_kv_indices`` globals of triton's and flashinfer's backend
+  modules with :class:`DenseDraftIndices` (as a class: :func:`index_kernel_hook`).
+
+:func:`decide` turns the plan on, once per process, from the draft worker SGLang built (after its
+``init_attention_backend``): flashinfer's or triton's multi-step draft backend, no draft window,
+no translated reads, the plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or
+STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps SGLang's layout,
+said in one line. fa3 is refused although its in-place reads are proven on the dense slots: its
+fault rule brings SGLang's per-branch split back, which cannot read the dense layout.
+
+The fault rule differs from the other paths of ours (``docs/design.md``): rounds already allocated
+with the dense reserve cannot return to the per-branch layout, so a fault in the slot gather logs
+one ERROR line and SGLang's own page-1 slot kernel (``assign_draft_cache_locs_contiguous``, the
+same slots) serves from then on; the layout stays dense for the process.
+"""
+
+import logging
+
+import torch
+
+from ..common.fault_switch import FaultSwitch
+
+logger = logging.getLogger("sglang_eagle_paged")
+
+_SIZING = "sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode"
+_PREPARE = "sglang.srt.speculative.eagle_worker_common.prepare_for_draft"
+_READERS = {
+    "triton": "sglang.srt.layers.attention.triton_backend",
+    "flashinfer": "sglang.srt.layers.attention.flashinfer_backend",
+}
+_KERNEL = "generate_draft_decode_kv_indices"
+_BACKENDS = {  # the draft decode backends whose reads go through the index kernel alone
+    _READERS["triton"] + ".TritonMultiStepDraftBackend": "triton",
+    _READERS["flashinfer"] + ".FlashInferMultiStepDraftBackend": "flashinfer",
+}
+_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+_WORKERS = ("EagleDraftWorker", "StandaloneDraftWorker")
+
+# generate_draft_decode_kv_indices' positional page_size (0.5.17 .. 0.5.23: the 13th argument; it
+# follows req_pool_indices, req_to_token, paged_kernel_lens, kv_indices, kv_indptr, positions, the
+# row stride or pool_len, two buffer strides and three power-of-two bounds).
+PAGE_SIZE_ARG = 12
+
+
+def dense_positions(seq_lens: torch.Tensor, topk: int, steps: int) -> torch.Tensor:
+    """Row positions of the draft slots, ``(bs, topk * steps)`` branch-major: ``L + t*steps + s``."""
+    offsets = torch.arange(topk * steps, device=seq_lens.device, dtype=torch.int64)
+    return seq_lens.to(torch.int64).view(-1, 1) + offsets.view(1, -1)
+
+
+def dense_out_cache_loc(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                        topk: int, steps: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The draft's ``out_cache_loc`` (``bs * topk * steps``, int64, branch-major) in the dense layout:
+    what SGLang's ``assign_draft_cache_locs_contiguous`` writes at page 1. No host read; ``out``
+    (SGLang's own ``out_cache_loc``) is written in place where given, so that whatever already
+    holds that tensor (the forward batch) sees the dense slots."""
+    rows = req_to_token[req_pool_indices.long()]
+    slots = torch.gather(rows, 1, dense_positions(seq_lens, topk, steps)).reshape(-1)
+    if out is None:
+        return slots.to(torch.int64)
+    out.copy_(slots)
+    return out
+
+
+class DenseDraftIndices:
+    """SGLang's ``generate_draft_decode_kv_indices`` kernel, launched (``kernel[grid](...)``) with
+    ``page_size`` 1 while ``active()`` says the dense layout serves: each branch's list is then its
+    prefix ``[0, L)`` and ``L + t*steps + [0, i]``, page 1's list. Everything else, the launch
+    grid and every other argument included, is SGLang's. A launch that translates its reads
+    (0.5.23's ``TRANSLATE``/``ENTRY_PAGE_SIZE``, where ``page_size`` also sizes the translation's
+    pages) is refused with ``ValueError``: the caller must not have chosen the dense layout there."""
+
+    def __init__(self, kernel, active=lambda: True):
+        self.kernel = kernel
+        self.active = active
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+        if not self.active():
+            return launch
+
+        def dense_launch(*args, **kwargs):
+            if kwargs.get("TRANSLATE") or kwargs.get("ENTRY_PAGE_SIZE", 1) != 1:
+                raise ValueError("the dense draft layout does not cover translated draft reads")
+            if len(args) <= PAGE_SIZE_ARG or "page_size" in kwargs:
+                raise ValueError("generate_draft_decode_kv_indices: page_size is not its 13th positional argument")
+            args = args[:PAGE_SIZE_ARG] + (1,) + args[PAGE_SIZE_ARG + 1:]
+            return launch(*args, **kwargs)
+
+        return dense_launch
+
+    def __getattr__(self, name):  # the kernel's own attributes (fn, cache, ...)
+        return getattr(self.kernel, name)
+
+
+def index_kernel_hook(kernel, active):
+    """What replaces a module's ``generate_draft_decode_kv_indices`` global: a class, since SGLang's
+    HookRegistry substitutes a class as it is (any other REPLACE hook becomes a plain function, which
+    the callers' ``kernel[grid](...)`` cannot subscript); ``kernel[grid]`` is :class:`DenseDraftIndices`'s."""
+    dense = DenseDraftIndices(kernel, active)
+
+    class DenseDraftIndexKernel:
+        def __class_getitem__(cls, grid):
+            return dense[grid]
+
+    DenseDraftIndexKernel.dense = dense
+    return DenseDraftIndexKernel
+
+
+def is_hooked(reader) -> bool:
+    """Whether ``reader`` (an index-kernel global, or the attribute a backend bound from it) is ours."""
+    return isinstance(getattr(reader, "dense", None), DenseDraftIndices)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+class Plan:
+    """This process's answer, decided once when the draft worker's backend exists."""
+
+    def __init__(self):
+        self.asked = False          # the setting is on and the hooks are installed
+        self.active = False         # the dense layout serves
+        self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
+        self.decided = None         # the line that said so
+
+    def reset(self):
+        self.__init__()
+
+
+PLAN = Plan()
+GATHER_FAULT = FaultSwitch("[sglang-eagle-paged] dense draft slots: our gather failed, SGLang's own page-1 slot "
+                           "kernel serves from now on (the layout stays dense): %s")
+
+
+def refusal(worker) -> str | None:
+    """None where the dense layout covers ``worker`` (a v2 draft worker after ``init_attention_backend``);
+    else why not, in one line."""
+    runner = getattr(worker, "draft_runner", None)
+    backend = getattr(runner, "draft_attn_backend", None)
+    cls = type(backend)
+    name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
+    if name is None:
+        return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
+    if type(worker).__name__ not in _WORKERS:
+        return f"{type(worker).__name__} is not covered (EAGLE, EAGLE3 and STANDALONE draft workers are)"
+    args = getattr(worker, "server_args", None)
+    algorithm = str(getattr(args, "speculative_algorithm", "") or "").upper()
+    if algorithm not in _ALGORITHMS:
+        return f"speculative algorithm {algorithm or 'unknown'} is not covered"
+    if getattr(args, "speculative_adaptive", False):
+        return "adaptive speculative steps move the reserve after start-up"
+    if str(getattr(args, "disaggregation_mode", "null") or "null") != "null":
+        return "disaggregated decode sizes its own reserve"
+    module = _READERS[name]
+    reader = getattr(backend, _KERNEL, None) if name == "flashinfer" else getattr(
+        __import__(module, fromlist=[_KERNEL]), _KERNEL, None)
+    if not is_hooked(reader):
+        return f"{name}'s index kernel is not hooked"
+    if getattr(backend, "draft_window_size", 0):
+        return "a draft window reads through another index kernel"
+    translator = getattr(backend, "kv_index_translator", None)
+    if translator is not None and getattr(translator, "is_translating", True):
+        return "translated KV reads"
+    from . import pools
+
+    pool = getattr(runner, "token_to_kv_pool", None)
+    problem = pools.layout_reason(pool)
+    if problem is not None:
+        return f"the draft KV pool: {problem}"
+    allocator = getattr(worker, "token_to_kv_pool_allocator", None) or getattr(runner, "token_to_kv_pool_allocator", None)
+    if getattr(allocator, "page_size", None) != getattr(pool, "page_size", None):
+        return "the allocation page differs from the KV page (decode context parallelism)"
+    return None
+
+
+def decide(worker) -> bool:
+    """Turn the plan on for this process where ``worker`` is covered; one line either way, once."""
+    if not PLAN.asked or PLAN.decided is not None:
+        return PLAN.active
+    topk = getattr(worker, "topk", 1) or 1
+    runner = getattr(worker, "draft_runner", None)
+    page = getattr(getattr(runner, "token_to_kv_pool", None), "page_size", 1) or 1
+    if topk <= 1 or page <= 1:
+        return False  # SGLang's layout is page 1's already
+    try:
+        problem = refusal(worker)
+        if problem is None:  # our gather once on the runner's own rows, before serving
+            rows = runner.req_to_token_pool.req_to_token
+            zero = torch.zeros(1, dtype=torch.int64, device=rows.device)
+            dense_out_cache_loc(rows, zero, zero, 1, 1)
+    except Exception as exc:  # noqa: BLE001 -- a check of ours: never a reason not to start
+        problem = f"the check failed ({type(exc).__name__}: {exc})"
+    steps = getattr(worker, "speculative_num_steps", 1) or 1
+    tokens = getattr(worker, "speculative_num_draft_tokens", 0) or 0
+    if problem is None:
+        from ...kv_reserve import reserve_per_decode
+
+        PLAN.len_per_decode = max(steps * topk, tokens)
+        PLAN.active = True
+        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
+                        f"slots of page 1, nothing copied, {2 * PLAN.len_per_decode:,} KV slots reserved per running "
+                        f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")
+        logger.info(PLAN.decided)
+    else:
+        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout off, SGLang's per-branch layout serves: {problem}")
+        logger.warning(PLAN.decided)
+    return PLAN.active
+
+
+# --------------------------------------------------------------------------- the hooks
+
+
+def around_len_per_decode(original, *args, **kwargs):
+    value = original(*args, **kwargs)
+    if PLAN.active and PLAN.len_per_decode is not None:
+        return min(value, PLAN.len_per_decode)  # never more than SGLang's own
+    return value
+
+
+def _sglang_page_1_slots(req_to_token, req_pool_indices, seq_lens, topk, steps, out):
+    from sglang.kernels.ops.speculative.cache_locs import assign_draft_cache_locs_contiguous
+
+    assign_draft_cache_locs_contiguous[(seq_lens.shape[0],)](
+        req_pool_indices, req_to_token, seq_lens, out, req_to_token.shape[1], topk, steps)
+
+
+def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner,
+                             topk, num_steps, *args, **kwargs):
+    result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
+                      *args, **kwargs)
+    if not PLAN.active or topk <= 1 or batch.forward_mode.is_idle() \
+            or batch.token_to_kv_pool_allocator.page_size <= 1:
+        return result
+    rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
+    if not GATHER_FAULT:
+        try:
+            dense_out_cache_loc(rows, idx, lens, topk, num_steps, out=out)
+            return result
+        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
+            GATHER_FAULT.trip(exc)
+    _sglang_page_1_slots(rows, idx, lens, topk, num_steps, out)
+    return result
+
+
+def hooks(version=None) -> list:
+    """``(target, function, kind, required)`` for the setting on ``version``; none, with one line,
+    where the release is not proven."""
+    from ...hooks import resolve
+    from ...releases import dense_draft_problem
+
+    problem = dense_draft_problem(version)
+    if problem:
+        logger.info("[sglang-eagle-paged] %s", problem)
+        return []
+    PLAN.asked = True
+    out = [(_SIZING, around_len_per_decode, "around", True), (_PREPARE, around_prepare_for_draft, "around", True)]
+    for module in _READERS.values():
+        try:
+            kernel = resolve(f"{module}.{_KERNEL}")
+        except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import: decide() refuses it
+            logger.info("[sglang-eagle-paged] dense draft: %s does not import here (%s)", module, type(exc).__name__)
+            continue
+        out.append((f"{module}.{_KERNEL}", index_kernel_hook(kernel, lambda: PLAN.active), "replace", False))
+    return out

@@ -1,0 +1,175 @@
+"""Rounds of tree drafting in the dense draft layout at page ``P > 1`` against page 1 (issue 54,
+docs/design.md "Page > 1 in page 1's memory"), on SGLang 0.5.23's own allocation, verify window,
+post-verify move and allocator:
+
+- each round allocates as ``eagle_prepare_for_decode`` does (``page_aligned_decode_alloc_lens``
+  with the dense reserve, page 1's, then ``alloc_for_spec_decode``), drafts into
+  :func:`dense_out_cache_loc`'s slots (random KV: scratch), writes the verify's KV into SGLang's
+  verify window (``assign_extend_cache_locs``, launched as
+  ``assign_extend_cache_locs_func`` launches it on a GPU: this CPU is neither SGLang's CPU nor its GPU platform) and moves a random accepted path with
+  ``move_accept_tokens_to_target_kvcache``; random requests finish and free their rows as
+  ``_serve`` in ``test_alloc_warm_up`` does;
+- the same rounds run at page 1 (SGLang's own layout there) with the same lengths, paths and KV
+  values (a function of request, position and tree node, never of a slot).
+
+Then every draft slot lies inside its request's allocation, each request's committed KV at page
+``P`` equals page 1's token for token, and after everything finishes the allocator holds every
+slot it started with. SGLang's functions run as they are (Triton kernels in the interpreter).
+"""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sizing = pytest.importorskip("sglang.srt.mem_cache.allocation_sizing")
+if not hasattr(sizing, "page_aligned_decode_alloc_lens"):
+    pytest.skip("needs SGLang's page_aligned_decode_alloc_lens (0.5.23)", allow_module_level=True)
+
+from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs  # noqa: E402
+from sglang.srt.utils import next_power_of_2  # noqa: E402
+from sglang.srt.mem_cache import allocation  # noqa: E402
+from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToKVPoolAllocator  # noqa: E402
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
+from sglang.srt.runtime_context import create_context, use_context  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # noqa: E402
+from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache  # noqa: E402
+
+from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc, dense_positions  # noqa: E402
+from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
+
+torch.set_num_threads(1)
+DIM = 2
+
+
+@pytest.fixture(scope="module")
+def fa3_context():
+    args = ServerArgs(model_path="dummy", attention_backend="fa3", device="cpu")
+    with use_context(create_context(args, role="test")):
+        yield
+
+
+def _value(req, pos, node):
+    """The KV a token holds: its request, position and tree node (0 for the prompt), never its slot."""
+    return torch.tensor([req * 1000.0 + pos, float(node)])
+
+
+class Server:
+    def __init__(self, page, size, max_reqs, width):
+        self.page = page
+        self.kv = MHATokenToKVPool(size, page, torch.float32, 1, DIM, 1, "cpu", enable_memory_saver=False,
+                                   enable_alt_stream=False, enable_kv_cache_copy=True)
+        self.rows = ReqToTokenPool(max_reqs, width, "cpu", enable_memory_saver=False)
+        if page == 1:
+            self.allocator = TokenToKVPoolAllocator(size, torch.float32, "cpu", self.kv, need_sort=False)
+        else:
+            self.allocator = PagedTokenToKVPoolAllocator(size, page, torch.float32, "cpu", self.kv, need_sort=False)
+            self.allocator.use_triton_kernels = True
+        self.allocator.debug_mode = True  # SGLang's own checks of every allocation and free
+        self.cache = RadixCache(CacheInitParams(disable=True, req_to_token_pool=self.rows,
+                                                token_to_kv_pool_allocator=self.allocator, page_size=page,
+                                                is_eagle=True))
+        self.start = self.allocator.available_size()
+        self.live = {}  # request id -> (row, kv state)
+
+    def k(self):
+        return self.kv.k_buffer[0][:, 0, :]
+
+    def prefill(self, req, n):
+        (row,) = self.rows.alloc_rows(1)
+        if self.page == 1:
+            out = allocation.alloc_token_slots(self.cache, n)
+        else:
+            zero = torch.zeros(1, dtype=torch.int64)
+            out = allocation.alloc_paged_token_slots_extend(self.cache, zero.clone(), zero, torch.tensor([n]),
+                                                            torch.tensor([n]), torch.full((1,), -1), n)
+        self.rows.req_to_token[row, :n] = out.to(torch.int32)
+        for pos in range(n):
+            self.k()[int(out[pos])] = _value(req, pos, 0)
+        self.live[req] = (row, SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=n, kv_committed_len=n)))
+
+    def round(self, reqs, topk, steps, tokens, paths, g):
+        """One decode round for ``reqs`` (ids): SGLang's allocation, our dense draft slots, SGLang's verify
+        window and move. ``paths[req]``: the accepted tree nodes (0 first)."""
+        rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
+        states = [self.live[r][1] for r in reqs]
+        reserve = reserve_per_decode(self.page, topk, steps, tokens, dense=True)
+        cur, nxt, needed = sizing.page_aligned_decode_alloc_lens(states, reserve=reserve, page_size=self.page)
+        cur_cpu, nxt_cpu = torch.tensor(cur, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32)
+        allocation.alloc_for_spec_decode(self.cache, self.rows, reqs=states, req_pool_indices=rows,
+                                         cur_kv_lens=cur_cpu.clone(), cur_kv_lens_cpu=cur_cpu,
+                                         nxt_kv_lens=nxt_cpu.clone(), nxt_kv_lens_cpu=nxt_cpu,
+                                         num_needed_tokens=needed,
+                                         batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
+        seq_lens = torch.tensor([s.kv.kv_committed_len for s in states], dtype=torch.int64)
+        # the draft: dense slots, inside each request's allocation; its KV is scratch
+        positions = dense_positions(seq_lens, topk, steps)
+        assert (positions < torch.tensor([s.kv.kv_allocated_len for s in states]).view(-1, 1)).all()
+        draft = dense_out_cache_loc(self.rows.req_to_token, rows, seq_lens, topk, steps)
+        self.k()[draft] = torch.randn((draft.numel(), DIM), generator=g)
+        # the verify: SGLang's window, the tree's KV written into it
+        window = torch.empty(len(reqs) * tokens, dtype=torch.int64)
+        assign_extend_cache_locs[(len(reqs),)](  # as assign_extend_cache_locs_func launches it on a GPU
+            rows, self.rows.req_to_token, seq_lens, seq_lens + tokens, window, self.rows.req_to_token.shape[1],
+            next_power_of_2(len(reqs)))
+        for b, r in enumerate(reqs):
+            for node in range(tokens):
+                self.k()[int(window[b * tokens + node])] = _value(r, int(seq_lens[b]), node + 1)
+        accept_index = torch.full((len(reqs), steps + 1), -1, dtype=torch.int32)
+        for b, r in enumerate(reqs):
+            accept_index[b, :len(paths[r])] = torch.tensor([b * tokens + n for n in paths[r]], dtype=torch.int32)
+        correct = torch.tensor([len(paths[r]) - 1 for r in reqs], dtype=torch.int32)
+        batch = SimpleNamespace(seq_lens=seq_lens.clone(), out_cache_loc=window)
+        move_accept_tokens_to_target_kvcache(batch, accept_index, correct, self.allocator)
+        for s, r in zip(states, reqs):
+            s.kv.kv_committed_len += len(paths[r])
+
+    def committed(self, req):
+        row, state = self.live[req]
+        slots = self.rows.req_to_token[row, :state.kv.kv_committed_len].long()
+        return self.k()[slots].clone()
+
+    def finish(self, req):
+        row, state = self.live.pop(req)
+        self.allocator.free(self.rows.req_to_token[row, :state.kv.kv_allocated_len].long())
+        self.rows.free_rows([row])
+
+
+@pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
+def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context):
+    rng = random.Random(seed)
+    tokens = rng.randint(steps + 1, topk * steps)
+    width = 64 * page + 2 * reserve_per_decode(page, topk, steps, tokens)
+    size = 40 * width
+    servers = [Server(1, size, 12, width), Server(page, size, 12, width)]
+    g = torch.Generator().manual_seed(seed)
+    next_id, live = 0, []
+    for _ in range(6):  # rounds: new requests, a decode round for all, some finish
+        for _ in range(rng.randint(0 if live else 1, 2)):
+            n = rng.choice([page, rng.randint(1, 3 * page), page - 1 or 1])  # on and off page boundaries
+            for s in servers:
+                s.prefill(next_id, n)
+            live.append(next_id)
+            next_id += 1
+        paths = {}
+        for r in live:
+            depth = rng.randint(0, steps)
+            nodes = sorted(rng.sample(range(1, tokens), min(depth, tokens - 1)))
+            paths[r] = [0] + nodes
+        for s in servers:
+            s.round(live, topk, steps, tokens, paths, g)
+        for r in live:
+            ref, got = servers[0].committed(r), servers[1].committed(r)
+            assert torch.equal(got, ref), f"request {r}"
+        for r in [r for r in live if rng.random() < 0.3]:
+            for s in servers:
+                s.finish(r)
+            live.remove(r)
+    for r in live:
+        for s in servers:
+            s.finish(r)
+    for s in servers:
+        assert s.allocator.available_size() == s.start, f"page {s.page}: slots leaked"
