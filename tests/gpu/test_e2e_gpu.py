@@ -28,7 +28,7 @@ from bench import parity  # noqa: E402
 from bench.e2e import (  # noqa: E402
     explained_by_near_ties, load_recording, no_worse_agreement, run_agreement, run_configs,
 )
-from bench.e2e import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
+from sglang_eagle_paged.bench.configs import testbed_sets as _testbed_sets  # noqa: E402  (not a test)
 
 TESTBED = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
 BACKEND = os.environ.get("E2E_BACKEND", "fa3")
