@@ -156,7 +156,9 @@ def test_calls_run_on_the_v2_bundle():
     text = CALL.read_text()
     assert "source scripts/device/prelude_v2.sh" in text and "prelude.sh" not in text.replace("prelude_v2.sh", "")
     prelude = (ROOT / "scripts" / "device" / "prelude_v2.sh").read_text()
-    assert "scripts/device/setup_v2.sh" in prelude and "/tmp/site-v2}/.devbundle/env.sh" in prelude
+    # the bundle is 0.5.17's unless SGLANG_BUNDLE names another (v3: 0.5.23)
+    assert 'scripts/device/setup_${SGLANG_BUNDLE:-v2}.sh' in prelude
+    assert 'source "${DEVBUNDLE_SITE:-/tmp/site-v2}/.devbundle/env.sh"' in prelude
 
 
 def test_bench_command_configurations_exist_and_parse(checkout, monkeypatch):
