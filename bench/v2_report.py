@@ -24,12 +24,17 @@ OUTPUT_PAIRS = [("on_p64", "off_p64"), ("on_p128", "off_p128"), ("on_p64_nooverl
                 # FA3 reading the prefix tail in place (opt-in): another split of the same keys between
                 # the two passes, so draft numerics differ in rounding; outputs differ only at near-ties
                 ("on_p64_ip", "off_p64"), ("on_p128_ip", "off_p128"), ("on_p64_ip", "on_p64"),
+                # the dense draft layout (opt-in): the draft reads page 1's keys, so page 1's outputs
+                ("triton_dense_p64", "triton_on_p1"), ("triton_dense_p128", "triton_on_p1"),
+                ("triton_dense_p64", "triton_off_p64"),
                 # pages against page 1 and against no speculation: divergences expected only at near-ties
                 ("on_p64", "on_p1"), ("on_p128", "on_p1"), ("on_p64", "nospec_p1"), ("on_p1", "nospec_p1")]
 # (configuration, page-1 reference) for acceptance
 ACCEPT_PAIRS = [("on_p64", "on_p1"), ("on_p128", "on_p1"), ("off_p64", "on_p1"), ("off_p128", "on_p1"),
                 ("fake_p64", "on_p64"), ("fake_p128", "on_p128"), ("on_p64_fx", "on_p1"), ("on_p128_fx", "on_p1"),
-                ("on_p64_ip", "on_p1"), ("on_p128_ip", "on_p1"), ("on_p64_ip", "on_p64")]
+                ("on_p64_ip", "on_p1"), ("on_p128_ip", "on_p1"), ("on_p64_ip", "on_p64"),
+                ("triton_dense_p64", "triton_on_p1"), ("triton_dense_p128", "triton_on_p1"),
+                ("triton_off_p64", "triton_on_p1")]
 
 
 def sync_counts(sync_dir: Path) -> dict:

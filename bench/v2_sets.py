@@ -12,6 +12,8 @@ Sets, most important first within each (a cut-short run keeps the head):
             ``on_*`` of a plugin at or after cae8b25 runs it too) at pages 64 and 128
   inplace   ours with FA3 reading the prefix tail in place, no copy (``_ip``, opt-in; its draft metadata
             then comes from SGLang's builders) at pages 64 and 128
+  dense     issue 54: page 1's draft layout and reserve at pages 64 and 128 (``_dense``, opt-in, triton and
+            flashinfer only), with triton at page 1 beside them (SGLang's own triton at page 64 is the backends set's)
 An A/B pair names two configurations of any set (``AB_PAIRS``: the default pairs).
 """
 
@@ -24,6 +26,9 @@ FA3_FUSED = {"SGLANG_EAGLE_PAGED_FA3_EXPAND": "fused"}
 # Opt-in (run 29: not faster than the fused copy): FA3's draft decode reads the prefix's partial last page
 # in place and each branch's draft slots per token, so the copy is skipped (adapters/v2/fa3_in_place.py).
 FA3_IN_PLACE = {"SGLANG_EAGLE_PAGED_FA3_IN_PLACE": "1"}
+# Opt-in: every branch's draft slots laid out as page 1 lays them out, inside pages the request owns, with
+# page 1's reserve; nothing to copy (adapters/v2/dense_draft.py).
+DENSE_DRAFT = {"SGLANG_EAGLE_PAGED_DENSE_DRAFT": "1"}
 
 # Point 4, in the order the budget should buy them: ours against SGLang's own at the same page,
 # then the page-N / page-1 ratios, then the synchronous scheduler's pair.
@@ -66,7 +71,13 @@ def inplace_set() -> list:
             RunConfig("on_p128_ip", page_size=128, env=dict(FA3_IN_PLACE))]
 
 
-SETS = {"correct": correct_set, "backends": backends_set, "fa3meta": fa3meta_set, "inplace": inplace_set}
+def dense_set() -> list:
+    return [RunConfig("triton_dense_p64", page_size=64, backend="triton", env=dict(DENSE_DRAFT)),
+            RunConfig("triton_on_p1", page_size=1, backend="triton"),
+            RunConfig("triton_dense_p128", page_size=128, backend="triton", env=dict(DENSE_DRAFT))]
+
+
+SETS = {"correct": correct_set, "backends": backends_set, "fa3meta": fa3meta_set, "inplace": inplace_set, "dense": dense_set}
 
 
 def configs(set_name: str, only: str | None = None) -> list:
