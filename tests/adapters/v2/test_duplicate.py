@@ -236,3 +236,30 @@ def test_a_backend_that_never_reads_the_copy_gets_no_copy_and_no_launch(monkeypa
     runner.draft_attn_backend = object.__new__(fib.FlashInferMultiStepDraftBackend)  # SGLang swapped it
     hook(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)
     assert derived == [1, 1]
+
+
+def test_the_plan_follows_buffers_sglang_re_creates():
+    """SGLang re-creates the pool's K/V buffers with its own ``_create_buffers`` (as its constructor
+    does): the next draft step derives the runner's plan again and copies into the new buffers,
+    exactly as SGLang's function does; the plan is the one attribute of ours on the pool."""
+    from sglang_eagle_paged.adapters.v2 import warm_up
+
+    page, topk, steps, seq = 4, 3, 2, [5, 6, 7]
+    pool, rows = support.layout_rows(seq, page, topk, steps, seed=21)
+    args = support.draft_args(seq, page, steps)
+    runner = SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows))
+    warm_up.after_hook(None, SimpleNamespace(topk=topk, draft_runner=runner))
+    old = draft_plan.current(pool)
+    kept = list(pool.k_buffer) + list(pool.v_buffer)  # alive, so a stale table could only write into them
+    pool._create_buffers()
+    assert not any(b is k for b, k in zip(pool.k_buffer, kept))
+    support.fill_random(pool, 21)
+    start = support.snapshot(pool)
+    SGLANG_FN(pool, rows, *args, topk, page)
+    theirs = support.snapshot(pool)
+    support.restore(pool, start)
+    OURS(SGLANG_FN, pool, rows, *args, topk, page)
+    assert_same(theirs, support.snapshot(pool))
+    assert draft_plan.current(pool) is not old and draft_plan.current(pool).copy == draft_plan.OURS
+    assert [k for k in vars(pool) if "eagle_paged" in k] == [draft_plan._ATTR]
+    del kept
