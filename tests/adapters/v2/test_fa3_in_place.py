@@ -752,3 +752,45 @@ def test_an_idle_draft_batch_passes_through(monkeypatch):
         pytest.skip(f"SGLang's eager builder does not take an idle draft batch on CPU: {type(exc).__name__}: {exc}")
     after_metadata(result, be, fb)
     assert not fault.SWITCH, fault.SWITCH.reason
+
+
+# --------------------------------------------------------------------------- where the view is given
+
+
+def _fa3_calls(fn):
+    """``(callee, page_table, k_cache)`` of every FA3 kernel call written in ``fn``'s own body (nested
+    functions excluded: they are other call sites), as source text."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))).body[0]
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("flash_attn_with_kvcache"):
+            kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            out.append((ast.unparse(node.func), kw.get("page_table"), kw.get("k_cache")))
+        todo += list(ast.iter_child_nodes(node))
+    return out
+
+
+def test_the_expand_call_is_reached_only_through_the_module_global():
+    """Why fa3 in place hooks the backend module's ``flash_attn_with_kvcache`` global, not something
+    of the draft backend alone (docs/design.md, "fa3 in place: where the view is given"): in the
+    installed release (0.5.23, and 0.5.17 in scripts/test.sh's v517 part) the draft decode's expand
+    call is written inline in ``FlashAttentionBackend.forward_decode``, through that module global,
+    with the same ``k_cache`` as its first pass; so no method of the draft's backend object, and no
+    argument SGLang computes for the expand call alone, can give that one call another view. Where a
+    release calls the kernel through the instance (``self.flash_attn_with_kvcache``) or a method of
+    its own, this fails: a narrower hook exists there."""
+    calls = _fa3_calls(fa3b.FlashAttentionBackend.forward_decode)
+    expand = [c for c in calls if c[1] == "self.forward_metadata_spec_decode_expand.page_table"]
+    mha = [c for c in expand if c[2] == "key_cache"]
+    assert len(mha) == 1, calls  # the MHA expand pass (the other one is MLA's, not covered)
+    assert all(callee == "flash_attn_with_kvcache" for callee, _, _ in calls), calls  # the module global
+    first = [c for c in calls if c[1] == "page_table"]
+    assert first and all(k == "key_cache" for _, _, k in first), calls  # the first pass: the same k_cache
+    assert fa3b.flash_attn_with_kvcache is not None  # what our AROUND hook wraps
