@@ -1,9 +1,12 @@
 """Rounds of tree drafting in the dense draft layout at page ``P > 1`` against page 1 (issue 54,
-docs/design.md "Page > 1 in page 1's memory"), on SGLang 0.5.23's own allocation, verify window,
-post-verify move and allocator:
+docs/design.md "Page > 1 in page 1's memory"), on SGLang's own allocation, verify window,
+post-verify move and allocator, 0.5.23's (``.venv``) and 0.5.17's (``.venv-517``, scripts/test.sh's
+v517 part):
 
-- each round allocates as ``eagle_prepare_for_decode`` does (``page_aligned_decode_alloc_lens``
-  with the dense reserve, page 1's, then ``alloc_for_spec_decode``), drafts into
+- each round allocates as ``eagle_prepare_for_decode`` does with the dense reserve, page 1's: on
+  0.5.23 through ``page_aligned_decode_alloc_lens`` then ``alloc_for_spec_decode``; 0.5.17 has the
+  rule inline, so its own ``eagle_prepare_for_decode`` runs, its reserve from the server arguments
+  through this project's sizing hook (installed with SGLang's HookRegistry); drafts into
   :func:`dense_out_cache_loc`'s slots (random KV: scratch), writes the verify's KV into SGLang's
   verify window (``assign_extend_cache_locs``, launched as
   ``assign_extend_cache_locs_func`` launches it on a GPU: this CPU is neither SGLang's CPU nor its GPU platform) and moves a random accepted path with
@@ -24,8 +27,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 sizing = pytest.importorskip("sglang.srt.mem_cache.allocation_sizing")
-if not hasattr(sizing, "page_aligned_decode_alloc_lens"):
-    pytest.skip("needs SGLang's page_aligned_decode_alloc_lens (0.5.23)", allow_module_level=True)
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs  # noqa: E402
 from sglang.srt.utils import next_power_of_2  # noqa: E402
@@ -34,7 +35,7 @@ from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToK
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
-from sglang.srt.runtime_context import create_context, use_context  # noqa: E402
+from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache  # noqa: E402
 
@@ -43,13 +44,48 @@ from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 
 torch.set_num_threads(1)
 DIM = 2
+# 0.5.23 sizes a decode round with page_aligned_decode_alloc_lens; 0.5.17 has the same rule inline in
+# eagle_prepare_for_decode, which allocates the round itself, its reserve from the server arguments
+# through get_alloc_len_per_decode: there, this project's sizing hook gives it the dense reserve.
+PAGE_ALIGNED = getattr(sizing, "page_aligned_decode_alloc_lens", None)
+
+
+class _Req(SimpleNamespace):
+    """What SGLang's row pool and round allocation read of a request."""
+
+    @property
+    def kv_committed_len(self):  # 0.5.17's eagle_prepare_for_decode reads the request's own
+        return self.kv.kv_committed_len
+
+
+@pytest.fixture
+def sizing_hook(monkeypatch):
+    """0.5.17: the dense reserve through this project's hook on ``get_alloc_len_per_decode``, installed
+    with SGLang's HookRegistry as a server installs it (undone after the test); 0.5.23 needs none."""
+    if PAGE_ALIGNED is not None:
+        yield
+        return
+    from helpers.hook_sandbox import hook_sandbox
+    from sglang_eagle_paged import hooks
+    from sglang_eagle_paged.adapters.v2 import dense_draft, draft_step
+
+    with hook_sandbox(monkeypatch, {"sizing": (sizing, "get_alloc_len_per_decode")}):
+        hooks.install([hooks.Hook(f"{sizing.__name__}.get_alloc_len_per_decode", draft_step.around_len_per_decode,
+                                  "around")], "test")
+        monkeypatch.setattr(dense_draft.PLAN, "active", True)
+        monkeypatch.setattr(dense_draft.PLAN, "len_per_decode", None)  # the test sets it for its tree
+        yield dense_draft.PLAN
 
 
 @pytest.fixture(scope="module")
 def fa3_context():
-    args = ServerArgs(model_path="dummy", attention_backend="fa3", device="cpu")
-    with use_context(create_context(args, role="test")):
-        yield
+    if hasattr(runtime_context, "create_context"):  # 0.5.23
+        args = ServerArgs(model_path="dummy", attention_backend="fa3", device="cpu")
+        with runtime_context.use_context(runtime_context.create_context(args, role="test")):
+            yield
+    else:  # 0.5.17: one process-wide context, overridden for the test
+        with runtime_context.get_context().override_server_args(attention_backend="fa3", device="cpu"):
+            yield
 
 
 def _value(req, pos, node):
@@ -79,7 +115,11 @@ class Server:
         return self.kv.k_buffer[0][:, 0, :]
 
     def prefill(self, req, n):
-        (row,) = self.rows.alloc_rows(1)
+        state = _Req(kv=SimpleNamespace(kv_allocated_len=n, kv_committed_len=n), req_pool_idx=None, decode_batch_idx=0)
+        if hasattr(self.rows, "alloc_rows"):  # 0.5.23: rows by count
+            (row,) = self.rows.alloc_rows(1)
+        else:  # 0.5.17: rows by request
+            (row,) = self.rows.alloc([state])
         if self.page == 1:
             out = allocation.alloc_token_slots(self.cache, n)
         else:
@@ -89,7 +129,7 @@ class Server:
         self.rows.req_to_token[row, :n] = out.to(torch.int32)
         for pos in range(n):
             self.k()[int(out[pos])] = _value(req, pos, 0)
-        self.live[req] = (row, SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=n, kv_committed_len=n)))
+        self.live[req] = (row, state)
 
     def round(self, reqs, topk, steps, tokens, paths, g):
         """One decode round for ``reqs`` (ids): SGLang's allocation, our dense draft slots, SGLang's verify
@@ -97,13 +137,16 @@ class Server:
         rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
         states = [self.live[r][1] for r in reqs]
         reserve = reserve_per_decode(self.page, topk, steps, tokens, dense=True)
-        cur, nxt, needed = sizing.page_aligned_decode_alloc_lens(states, reserve=reserve, page_size=self.page)
-        cur_cpu, nxt_cpu = torch.tensor(cur, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32)
-        allocation.alloc_for_spec_decode(self.cache, self.rows, reqs=states, req_pool_indices=rows,
-                                         cur_kv_lens=cur_cpu.clone(), cur_kv_lens_cpu=cur_cpu,
-                                         nxt_kv_lens=nxt_cpu.clone(), nxt_kv_lens_cpu=nxt_cpu,
-                                         num_needed_tokens=needed,
-                                         batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
+        if PAGE_ALIGNED is not None:
+            cur, nxt, needed = PAGE_ALIGNED(states, reserve=reserve, page_size=self.page)
+            cur_cpu, nxt_cpu = torch.tensor(cur, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32)
+            allocation.alloc_for_spec_decode(self.cache, self.rows, reqs=states, req_pool_indices=rows,
+                                             cur_kv_lens=cur_cpu.clone(), cur_kv_lens_cpu=cur_cpu,
+                                             nxt_kv_lens=nxt_cpu.clone(), nxt_kv_lens_cpu=nxt_cpu,
+                                             num_needed_tokens=needed,
+                                             batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
+        else:
+            self.prepare_for_decode_517(states, rows, topk, steps, tokens, reserve)
         seq_lens = torch.tensor([s.kv.kv_committed_len for s in states], dtype=torch.int64)
         # the draft: dense slots, inside each request's allocation; its KV is scratch
         positions = dense_positions(seq_lens, topk, steps)
@@ -122,10 +165,28 @@ class Server:
         for b, r in enumerate(reqs):
             accept_index[b, :len(paths[r])] = torch.tensor([b * tokens + n for n in paths[r]], dtype=torch.int32)
         correct = torch.tensor([len(paths[r]) - 1 for r in reqs], dtype=torch.int32)
-        batch = SimpleNamespace(seq_lens=seq_lens.clone(), out_cache_loc=window)
+        # 0.5.17's move reads the front slots through the rows, 0.5.23's from the verify window
+        batch = SimpleNamespace(seq_lens=seq_lens.clone(), out_cache_loc=window, req_pool_indices=rows,
+                                req_to_token_pool=self.rows)
         move_accept_tokens_to_target_kvcache(batch, accept_index, correct, self.allocator)
         for s, r in zip(states, reqs):
             s.kv.kv_committed_len += len(paths[r])
+
+    def prepare_for_decode_517(self, states, rows, topk, steps, tokens, reserve):
+        """0.5.17's own ``eagle_prepare_for_decode`` on the round's requests, under server arguments of
+        this page size and tree; its reserve is the dense one (page 1's)."""
+        from sglang.srt.speculative.eagle_utils import eagle_prepare_for_decode
+
+        fields = dict(page_size=self.page, speculative_algorithm="EAGLE", speculative_eagle_topk=topk,
+                      speculative_num_steps=steps, speculative_num_draft_tokens=tokens, attention_backend="fa3",
+                      device="cpu")
+        with runtime_context.get_context().override_server_args(**fields):
+            assert sizing.get_alloc_reserve_per_decode() == reserve
+            eagle_prepare_for_decode(SimpleNamespace(
+                maybe_evict_swa=lambda: None, batch_size=lambda: len(states), reqs=states,
+                sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
+                token_to_kv_pool_allocator=self.allocator, req_to_token_pool=self.rows, req_pool_indices=rows,
+                tree_cache=self.cache, device="cpu"))
 
     def committed(self, req):
         row, state = self.live[req]
@@ -135,13 +196,18 @@ class Server:
     def finish(self, req):
         row, state = self.live.pop(req)
         self.allocator.free(self.rows.req_to_token[row, :state.kv.kv_allocated_len].long())
-        self.rows.free_rows([row])
+        if hasattr(self.rows, "free_rows"):
+            self.rows.free_rows([row])
+        else:
+            self.rows.free(state)
 
 
 @pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
-def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context):
+def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context, sizing_hook):
     rng = random.Random(seed)
     tokens = rng.randint(steps + 1, topk * steps)
+    if sizing_hook is not None:  # 0.5.17: what dense_draft.decide sets for this tree
+        sizing_hook.len_per_decode = max(steps * topk, tokens)
     width = 64 * page + 2 * reserve_per_decode(page, topk, steps, tokens)
     size = 40 * width
     servers = [Server(1, size, 12, width), Server(page, size, 12, width)]
