@@ -39,11 +39,14 @@ STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps 
 said in one line. fa3 is refused although its in-place reads are proven on the dense slots: its
 fault rule brings SGLang's per-branch split back, which cannot read the dense layout.
 
-The fault rule differs from the other paths of ours (``docs/design.md``): rounds already allocated
-with the dense reserve cannot return to the per-branch layout, so a fault in the slot gather trips
-the v2 switch (:mod:`.fault`, one ERROR line) and SGLang's own page-1 slot kernel
-(``assign_draft_cache_locs_contiguous``, the same slots) serves from then on; the layout stays
-dense for the process. The per-step hook bodies are the draft step's (:mod:`.draft_step`).
+The fault rule takes one round more than the other paths of ours (``docs/design.md``): a round
+already allocated with the dense reserve cannot take the per-branch layout (its rows end before
+the per-branch positions). So after a fault anywhere on our v2 paths (:mod:`.fault`, one ERROR
+line) the reserve is SGLang's at once, for the rounds allocated from then on; the round in flight
+keeps the dense slots (SGLang's own page-1 slot kernel, ``assign_draft_cache_locs_contiguous``,
+writes them where our gather faulted); and the first draft whose round was allocated since then
+hands the layout back (:meth:`Plan.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
+its readers from that round on. The per-step hook bodies are the draft step's (:mod:`.draft_step`).
 """
 
 import logging
@@ -153,6 +156,13 @@ class Plan:
         self.active = False         # the dense layout serves
         self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
         self.decided = None         # the line that said so
+        self.sglang_reserve = False  # since a fault, SGLang's reserve was handed out: rounds allocated for its layout
+
+    def hand_back(self) -> None:
+        """SGLang's per-branch layout from this round on (its rows were allocated with SGLang's reserve)."""
+        self.active = False
+        logger.warning("[sglang-eagle-paged] dense draft layout handed back after a fault: SGLang's per-branch "
+                       "layout and reserve serve from this round on")
 
     def reset(self):
         self.__init__()

@@ -6,9 +6,10 @@ once per process (:func:`.dense_draft.decide`). The arithmetic each step calls l
 proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernels).
 
 1. The scheduler's reserve for the round (:func:`around_len_per_decode`): page 1's where the dense
-   layout serves.
+   layout serves (SGLang's again after a fault).
 2. ``prepare_for_draft`` (:func:`around_prepare_for_draft`): with the dense layout, the draft's
-   write slots rewritten to page 1's.
+   write slots rewritten to page 1's; after a fault, the first round allocated with SGLang's reserve
+   hands the layout back to SGLang's.
 3. The prefix-tail duplication (:func:`duplication_hook`): the runner's plan says ours, skipped or
    SGLang's.
 4. The draft decode's metadata: fa3's fused replay (:func:`fused_out_graph_hook`) or its expand
@@ -34,16 +35,24 @@ from . import dense_draft, draft_plan, fa3_in_place, fa3_replay, fault
 def around_len_per_decode(original, *args, **kwargs):
     value = original(*args, **kwargs)
     plan = dense_draft.PLAN
-    if plan.active and plan.len_per_decode is not None:
-        return min(value, plan.len_per_decode)  # never more than SGLang's own
-    return value
+    if not plan.active or plan.len_per_decode is None:
+        return value
+    if fault.SWITCH:  # SGLang's reserve for every round allocated from now on: its layout can serve them
+        plan.sglang_reserve = True
+        return value
+    return min(value, plan.len_per_decode)  # never more than SGLang's own
 
 
 def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner,
                              topk, num_steps, *args, **kwargs):
+    plan = dense_draft.PLAN
+    # after a fault: the first draft whose round was allocated with SGLang's reserve (a scheduling step
+    # asked for it since; none is asked inside a forward) takes SGLang's layout, before its paged branch
+    if plan.active and plan.sglang_reserve:
+        plan.hand_back()
     result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
                       *args, **kwargs)
-    if not dense_draft.PLAN.active or topk <= 1 or batch.forward_mode.is_idle() \
+    if not plan.active or topk <= 1 or batch.forward_mode.is_idle() \
             or batch.token_to_kv_pool_allocator.page_size <= 1:
         return result
     rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
@@ -52,7 +61,8 @@ def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cu
             dense_draft.dense_out_cache_loc(rows, idx, lens, topk, num_steps, out=out)
             return result
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
-            fault.trip("dense draft slot gather (the layout stays dense, SGLang's page-1 slot kernel serves)", exc)
+            fault.trip("dense draft slot gather (this round's slots from SGLang's page-1 slot kernel, SGLang's "
+                       "per-branch layout from the next round allocated)", exc)
     dense_draft.sglang_page_1_slots(rows, idx, lens, topk, num_steps, out)
     return result
 

@@ -4,8 +4,9 @@ Every path of ours on the v2 worker (the prefix-tail duplication, fa3's draft me
 place, the dense slot gather, the warm-up) catches whatever its own code raises, trips this switch
 and lets SGLang's path serve that call; from then on SGLang's own path serves every call of every
 one of them, and one ERROR line per process says why (the first fault's). What cannot be handed
-back is said where it stays: a CUDA graph captured with fa3's per-token view keeps reading per
-token, and a process that chose the dense draft layout keeps its layout (:mod:`.dense_draft`).
+back at once is said where it stays: a CUDA graph captured with fa3's per-token view keeps reading
+per token, and the dense draft layout keeps the rounds allocated for it, SGLang's layout serving
+from the first round allocated after the fault (:mod:`.dense_draft`).
 """
 
 from ..common.fault_switch import FaultSwitch
