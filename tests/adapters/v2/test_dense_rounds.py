@@ -152,11 +152,9 @@ class Server:
             return runtime_context.use_context(runtime_context.create_context(args, role="test"))
         return runtime_context.get_context().override_server_args(**fields)  # 0.5.17
 
-    def round(self, reqs, topk, steps, tokens, paths, g, draft=None):
-        """One decode round for ``reqs`` (ids): SGLang's allocation (its reserve through the installed
-        sizing hook), the draft slots (``draft(server, rows, seq_lens)``; by default our dense gather),
-        SGLang's verify window and move. ``paths[req]``: the accepted tree nodes (0 first). Returns the
-        reserve SGLang allocated with."""
+    def allocate(self, reqs, topk, steps, tokens):
+        """SGLang's allocation of a decode round for ``reqs`` (ids), its reserve through the installed
+        sizing hook; returns that reserve."""
         rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
         states = [self.live[r][1] for r in reqs]
         with self.context(topk, steps, tokens):
@@ -171,6 +169,14 @@ class Server:
                                                  batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
             else:
                 self.prepare_for_decode_517(states, rows)
+        return reserve
+
+    def decode(self, reqs, topk, steps, tokens, paths, g, draft=None):
+        """The rest of the round :meth:`allocate` allocated: the draft slots (``draft(server, rows,
+        seq_lens)``; by default our dense gather), SGLang's verify window and move. ``paths[req]``: the
+        accepted tree nodes (0 first)."""
+        rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
+        states = [self.live[r][1] for r in reqs]
         seq_lens = torch.tensor([s.kv.kv_committed_len for s in states], dtype=torch.int64)
         # the draft: its slots inside each request's allocation, past its committed KV; its KV is scratch
         if draft is None:
@@ -202,7 +208,6 @@ class Server:
         move_accept_tokens_to_target_kvcache(batch, accept_index, correct, self.allocator)
         for s, r in zip(states, reqs):
             s.kv.kv_committed_len += len(paths[r])
-        return reserve
 
     def prepare_for_decode_517(self, states, rows):
         """0.5.17's own ``eagle_prepare_for_decode`` on the round's requests, under the published server
@@ -231,7 +236,7 @@ class Server:
 
 def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
     """Rounds at page 1 and at ``page`` with the same requests, lengths, accepted paths and KV values:
-    new requests, a decode round for all (``draft`` as :meth:`Server.round` takes it; ``before_round(i)``
+    new requests, a decode round for all (``draft`` as :meth:`Server.decode` takes it; ``before_round(i)``
     first), some finish; every request's committed KV compared after each round, every slot returned at
     the end. Returns the reserve SGLang allocated each round with at ``page``."""
     rng = random.Random(seed)
@@ -256,7 +261,10 @@ def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
             paths[r] = [0] + nodes
         if before_round is not None:
             before_round(i)
-        reserves.append([s.round(live, topk, steps, tokens, paths, g, draft) for s in servers][-1])
+        # both rounds allocated before either drafts, as one scheduler allocates a round before its forward
+        reserves.append([s.allocate(live, topk, steps, tokens) for s in servers][-1])
+        for s in servers:
+            s.decode(live, topk, steps, tokens, paths, g, draft)
         for r in live:
             ref, got = servers[0].committed(r), servers[1].committed(r)
             assert torch.equal(got, ref), f"request {r}"
