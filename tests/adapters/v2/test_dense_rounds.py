@@ -79,12 +79,13 @@ def dense_hooks(monkeypatch):
     from sglang_eagle_paged.settings import Settings
 
     monkeypatch.setattr(fault.SWITCH, "reason", None)
-    with hook_sandbox(monkeypatch, HOOKED):
+    for name, value in (("asked", True), ("active", True), ("len_per_decode", None), ("decided", None),
+                        ("sglang_reserve", False)):  # before the hooks: dense_draft.hooks sets "asked"
+        monkeypatch.setattr(dense_draft.PLAN, name, value)
+    with hook_sandbox(monkeypatch, HOOKED) as (_originals, read):
         wanted = {f"{m.__name__}.{a}" for m, a in HOOKED.values()}
         hooks.install([h for h in v2.hooks(Settings(dense_draft=True), "0.5.23") if h.target in wanted], "test")
-        for name, value in (("asked", True), ("active", True), ("len_per_decode", None), ("decided", None),
-                            ("sglang_reserve", False)):
-            monkeypatch.setattr(dense_draft.PLAN, name, value)
+        read()  # what the sandbox puts back wherever the registry rebound it
         yield dense_draft.PLAN
 
 
