@@ -75,7 +75,7 @@ def measure(page_size, batch, a) -> dict:
     import torch
     from sglang.srt.speculative import eagle_worker_common as ewc
 
-    from sglang_eagle_paged.adapters.v2 import backends, duplicate
+    from sglang_eagle_paged.adapters.v2 import draft_step, fault
     from sglang_eagle_paged.settings import Mode
     from sglang_eagle_paged.tools import v2_harness as vh
 
@@ -85,15 +85,15 @@ def measure(page_size, batch, a) -> dict:
                         head_dim=a.head_dim, seed=a.seed)
     base, last, new_pages = vh.draft_args(seq_lens, page_size, a.steps, device="cuda")
     sglang_fn = ewc.duplicate_prefix_tail_to_draft_branches  # this process loads no plugin: SGLang's own
-    ours = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: backends.CopyDecision(True, "benchmark: copy"))
+    ours = draft_step.duplication_hook(Mode.ON)  # no draft runner recorded for the pool: it copies
     args = (pool, rows, base, last, new_pages, a.topk, page_size)
     sides = {"sglang": lambda: sglang_fn(*args), "ours": lambda: ours(sglang_fn, *args)}
     for fn in sides.values():  # compile and warm both before anything is timed
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
-    if duplicate.switched_off():  # the fault rule would time SGLang's function on both sides
-        raise RuntimeError(f"our duplication switched itself off while warming up: {duplicate.switched_off()}")
+    if fault.SWITCH:  # the fault rule would time SGLang's function on both sides
+        raise RuntimeError(f"our duplication switched itself off while warming up: {fault.SWITCH.reason}")
     out = {name: time_calls(fn, a.iters, a.queued_ms) for name, fn in sides.items()}
     copied = (a.topk - 1) * sum(n % page_size for n in seq_lens)
     del pool, rows, args, sides  # the lambdas hold the pool too: without them every row's pool stays

@@ -80,11 +80,13 @@ def targets(selection: FA3Expand) -> list:
     return {FA3Expand.OFF: [], FA3Expand.EXPAND: [TARGET], FA3Expand.FUSED: [TARGET, FUSED_TARGET]}[selection]
 
 
-def hooks(selection: FA3Expand, required: bool) -> list:
+def hooks(selection: FA3Expand, required: bool, expand=None) -> list:
     """The hooks of ``selection``; none where this SGLang lacks one of their targets (or, for the
     fused path, the exact backend class it checks), since the replacements stand in as a set.
-    ``required``: the user asked for them explicitly, so a missing target is an error."""
-    found = {TARGET: [Hook(TARGET, expand_hook, "around", required)],
+    ``required``: the user asked for them explicitly, so a missing target is an error. ``expand``:
+    the expand builder's hook body (default :func:`expand_hook`, whose fault trips this module's
+    switch; the v2 adapter's trips its own)."""
+    found = {TARGET: [Hook(TARGET, expand or expand_hook, "around", required)],
              FUSED_TARGET: [Hook(FUSED_TARGET, fused_replay_hook, "around", required)]}
     wanted = targets(selection)
     checked = wanted + ([FA3_BACKEND] if selection is FA3Expand.FUSED else [])
@@ -113,11 +115,17 @@ def expand_metadata_replacement(
 
 def expand_hook(original, *args, **kwargs):
     """AROUND hook body for :data:`TARGET`: ours, or SGLang's once ours has faulted."""
-    if not _switched_off:
+    return guarded_expand(_switched_off, original, *args, **kwargs)
+
+
+def guarded_expand(switch, original, *args, **kwargs):
+    """Our expand builder while ``switch`` (a :class:`FaultSwitch`) is not tripped; SGLang's after
+    a fault of ours, which trips it."""
+    if not switch:
         try:
             return expand_metadata_replacement(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's builder serves
-            switch_off(exc)
+            switch.trip(exc)
     return original(*args, **kwargs)
 
 

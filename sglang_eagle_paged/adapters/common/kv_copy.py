@@ -105,6 +105,27 @@ class _PoolTable:
 
         self.refs = [weakref.ref(b, died) for b in buffers]
 
+    def holds(self, pool) -> bool:
+        """Whether ``pool``'s buffers are still the tensor objects this entry was derived from."""
+        return self.alive[0] and self.ids == _buffer_ids(pool)
+
+
+def _buffer_ids(pool) -> tuple:
+    return (*map(id, pool.k_buffer), *map(id, pool.v_buffer))
+
+
+def watch_buffers(pool) -> _PoolTable | None:
+    """A fresh entry for a plain MHA pool's buffers (its table None where :func:`pool_buffers`
+    declines them); None for another pool class, or buffers without weak references."""
+    if type(pool) is not mha_pool_class():
+        return None
+    buffers = pool_buffers(pool)
+    table = KVBufferTable.from_buffers(buffers) if buffers is not None else None
+    try:
+        return _PoolTable(_buffer_ids(pool), list(pool.k_buffer) + list(pool.v_buffer), table)
+    except TypeError:  # a buffer type without weak references
+        return None
+
 
 def pool_table(pool) -> KVBufferTable | None:
     """The :class:`KVBufferTable` of a plain MHA pool's buffers, or None where
@@ -116,19 +137,15 @@ def pool_table(pool) -> KVBufferTable | None:
     """
     if type(pool) is not mha_pool_class():
         return None
-    k, v = pool.k_buffer, pool.v_buffer
-    ids = (*map(id, k), *map(id, v))
     cached = getattr(pool, _TABLE_ATTR, None)
-    if cached is not None and cached.alive[0] and cached.ids == ids:
+    if cached is not None and cached.holds(pool):
         return cached.table
-    buffers = pool_buffers(pool)
-    table = KVBufferTable.from_buffers(buffers) if buffers is not None else None
-    try:
-        entry = _PoolTable(ids, list(k) + list(v), table)
-    except TypeError:  # a buffer type without weak references: derive every call
-        return table
+    entry = watch_buffers(pool)
+    if entry is None:  # a buffer type without weak references: derive every call
+        buffers = pool_buffers(pool)
+        return KVBufferTable.from_buffers(buffers) if buffers is not None else None
     setattr(pool, _TABLE_ATTR, entry)
-    return table
+    return entry.table
 
 
 def duplicate_in_pool(pool, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> bool:

@@ -2,8 +2,10 @@
 
 One hot-path hook: the paged tree draft's prefix-tail duplication
 (``duplicate_prefix_tail_to_draft_branches``, :mod:`.duplicate`), in the module home of the
-installed release (:mod:`.hook_points`). Its kernel compiles when the draft worker's pool is
-allocated (:mod:`.warm_up`). Which pools our kernel copies is :mod:`.pools`. With
+installed release (:mod:`.hook_points`). What serves each draft runner is decided once, when the
+draft worker's pool and backend exist (:mod:`.draft_plan`, :mod:`.warm_up`); everything of ours
+that runs per draft step is :mod:`.draft_step`, under one fault switch (:mod:`.fault`). Which pools
+our kernel copies is :mod:`.pools`. With
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` on, fa3's draft reads the prefix tail in place and nothing is
 copied for it (:mod:`.fa3_in_place`; off by default: measured slower than the fused copy). FA3's
 tree-draft metadata builders are replaced as on v1 (:mod:`.fa3_replay`; ``SGLANG_EAGLE_PAGED_FA3_EXPAND``,
@@ -44,13 +46,13 @@ def warm_up_targets() -> list:
 def hooks(settings_or_mode, version: str | None = None) -> list:
     """The v2 hooks for a :class:`~sglang_eagle_paged.settings.Settings` or a mode (on, fake;
     off installs nothing), for ``version`` (default: the installed SGLang)."""
-    from . import duplicate, warm_up
+    from . import draft_step, warm_up
 
     mode = _mode(settings_or_mode)
     if mode is Mode.OFF:
         return []
     home = hook_points.home_for(version if version is not None else hook_points.installed_version())
-    out = [Hook(home.target, duplicate.make_hook(mode), "around")]
+    out = [Hook(home.target, draft_step.duplication_hook(mode), "around")]
     if mode is Mode.ON:  # fake launches nothing: nothing to compile
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
     if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
@@ -95,10 +97,8 @@ def describe(settings_or_mode, hooked: list) -> str:
 
 def doctor_lines(settings_or_mode) -> list:
     """(label, detail) lines for ``doctor``: the hook point of this release and, per draft decode
-    backend class of this release, the copy decision a server's duplication hook makes for it
-    (:func:`.backends.pool_decision` on a runner holding an object of that class)."""
-    from types import SimpleNamespace
-
+    backend class of this release, the copy decision a server's draft plan makes for it
+    (:func:`.backends.copy_needed` on an object of that class)."""
     from . import backends
 
     mode = _mode(settings_or_mode)
@@ -115,9 +115,7 @@ def doctor_lines(settings_or_mode) -> list:
         except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import (CUDA-only modules)
             out.append((label, f"{path} does not import here ({type(exc).__name__}); a server decides from it"))
             continue
-        pool = SimpleNamespace()
-        backends.record_reader(pool, SimpleNamespace(draft_attn_backend=cls.__new__(cls)))
-        decision = backends.pool_decision(pool)
+        decision = backends.copy_needed(cls.__new__(cls))
         out.append((label, ("one launch, plain MHA pools; SGLang's own elsewhere: " if decision.copy else "skipped: ")
                     + decision.reason))
     if isinstance(settings_or_mode, Settings):

@@ -24,7 +24,8 @@ What decides is the draft decode backend object itself: every v2 release (0.5.13
 draft runner (``draft_runner.draft_attn_backend``), the runner whose pool the duplication
 is handed. Its class says which reader runs; no process-wide accessor is asked (0.5.23
 retired ``get_global_server_args``, and its raw server arguments need not name the
-backend in effect). The warm-up hook records the runner on its pool (:func:`record_reader`).
+backend in effect). The draft runner's plan asks once, and again when SGLang replaces the
+backend (:mod:`.draft_plan`).
 """
 
 import os
@@ -35,8 +36,7 @@ from . import fa3_in_place
 
 class CopyDecision(NamedTuple):
     """Whether the duplication copies for a draft decode backend, and why. ``in_place``: no copy
-    because FA3 reads the prefix's tail where it lies (opt-in), the one no-copy reader whose fault
-    brings the copy back while serving, so the copy kernel is still compiled for it."""
+    because FA3 reads the prefix's tail where it lies (opt-in)."""
 
     copy: bool
     reason: str
@@ -60,10 +60,6 @@ READERS = {
 # Settings that change which slots, or how, the draft decode reads: not in the proof.
 _HND_ENV = "SGLANG_USE_HND_KVCACHE"
 _TRUE = ("1", "true", "yes", "on")
-
-# On the draft pool: the draft runner whose pool it is, and the decision for its backend object.
-_READER_ATTR = "_eagle_paged_v2_reader"
-_DECISION_ATTR = "_eagle_paged_v2_copy_decision"
 
 
 def class_path(obj) -> str:
@@ -92,27 +88,3 @@ def copy_needed(draft_backend) -> CopyDecision:
     if any((getattr(step, "dcp_size", 1) or 1) > 1 for step in getattr(draft_backend, "attn_backends", ()) or ()):
         return CopyDecision(True, "decode context parallelism is not covered by the proof: copy as SGLang does")
     return CopyDecision(False, why)
-
-
-def record_reader(pool, draft_runner) -> None:
-    """Remember on ``pool`` the draft runner that holds its draft decode backend (warm-up)."""
-    setattr(pool, _READER_ATTR, draft_runner)
-
-
-def pool_decision(pool) -> CopyDecision:
-    """:func:`copy_needed` for the draft decode backend that reads ``pool`` now (the recorded
-    runner's ``draft_attn_backend``: read per call, SGLang swaps it when its step configuration
-    changes); copy where no runner was recorded."""
-    runner = getattr(pool, _READER_ATTR, None)
-    if runner is None:
-        return CopyDecision(True, "no draft worker recorded for this pool (warm-up hook absent): copy as SGLang does")
-    backend = getattr(runner, "draft_attn_backend", None)
-    off = bool(fa3_in_place.SWITCH)
-    cached = getattr(pool, _DECISION_ATTR, None)
-    # keyed by the backend (held: an identity that cannot be reused) and by whether a fault switched
-    # fa3 in place off, which brings the copy back
-    if cached is not None and cached[0] is backend and cached[1] == off:
-        return cached[2]
-    decision = copy_needed(backend)
-    setattr(pool, _DECISION_ATTR, (backend, off, decision))
-    return decision

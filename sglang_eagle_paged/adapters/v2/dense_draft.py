@@ -39,17 +39,19 @@ STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps 
 said in one line. fa3 is refused although its in-place reads are proven on the dense slots: its
 fault rule brings SGLang's per-branch split back, which cannot read the dense layout.
 
-The fault rule differs from the other paths of ours (``docs/design.md``): rounds already allocated
-with the dense reserve cannot return to the per-branch layout, so a fault in the slot gather logs
-one ERROR line and SGLang's own page-1 slot kernel (``assign_draft_cache_locs_contiguous``, the
-same slots) serves from then on; the layout stays dense for the process.
+The fault rule takes one round more than the other paths of ours (``docs/design.md``): a round
+already allocated with the dense reserve cannot take the per-branch layout (its rows end before
+the per-branch positions). So after a fault anywhere on our v2 paths (:mod:`.fault`, one ERROR
+line) the reserve is SGLang's at once, for the rounds allocated from then on; the round in flight
+keeps the dense slots (SGLang's own page-1 slot kernel, ``assign_draft_cache_locs_contiguous``,
+writes them where our gather faulted); and the first draft whose round was allocated since then
+hands the layout back (:meth:`Plan.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
+its readers from that round on. The per-step hook bodies are the draft step's (:mod:`.draft_step`).
 """
 
 import logging
 
 import torch
-
-from ..common.fault_switch import FaultSwitch
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -154,14 +156,19 @@ class Plan:
         self.active = False         # the dense layout serves
         self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
         self.decided = None         # the line that said so
+        self.sglang_reserve = False  # since a fault, SGLang's reserve was handed out: rounds allocated for its layout
+
+    def hand_back(self) -> None:
+        """SGLang's per-branch layout from this round on (its rows were allocated with SGLang's reserve)."""
+        self.active = False
+        logger.warning("[sglang-eagle-paged] dense draft layout handed back after a fault: SGLang's per-branch "
+                       "layout and reserve serve from this round on")
 
     def reset(self):
         self.__init__()
 
 
 PLAN = Plan()
-GATHER_FAULT = FaultSwitch("[sglang-eagle-paged] dense draft slots: our gather failed, SGLang's own page-1 slot "
-                           "kernel serves from now on (the layout stays dense): %s")
 
 
 def refusal(worker) -> str | None:
@@ -242,36 +249,11 @@ def decide(worker) -> bool:
 # --------------------------------------------------------------------------- the hooks
 
 
-def around_len_per_decode(original, *args, **kwargs):
-    value = original(*args, **kwargs)
-    if PLAN.active and PLAN.len_per_decode is not None:
-        return min(value, PLAN.len_per_decode)  # never more than SGLang's own
-    return value
-
-
-def _sglang_page_1_slots(req_to_token, req_pool_indices, seq_lens, topk, steps, out):
+def sglang_page_1_slots(req_to_token, req_pool_indices, seq_lens, topk, steps, out):
     from sglang.kernels.ops.speculative.cache_locs import assign_draft_cache_locs_contiguous
 
     assign_draft_cache_locs_contiguous[(seq_lens.shape[0],)](
         req_pool_indices, req_to_token, seq_lens, out, req_to_token.shape[1], topk, steps)
-
-
-def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner,
-                             topk, num_steps, *args, **kwargs):
-    result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
-                      *args, **kwargs)
-    if not PLAN.active or topk <= 1 or batch.forward_mode.is_idle() \
-            or batch.token_to_kv_pool_allocator.page_size <= 1:
-        return result
-    rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
-    if not GATHER_FAULT:
-        try:
-            dense_out_cache_loc(rows, idx, lens, topk, num_steps, out=out)
-            return result
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
-            GATHER_FAULT.trip(exc)
-    _sglang_page_1_slots(rows, idx, lens, topk, num_steps, out)
-    return result
 
 
 def hooks(version=None) -> list:
@@ -279,6 +261,7 @@ def hooks(version=None) -> list:
     where the release is not proven."""
     from ...hooks import resolve
     from ...releases import dense_draft_problem
+    from .draft_step import around_len_per_decode, around_prepare_for_draft
 
     problem = dense_draft_problem(version)
     if problem:

@@ -20,31 +20,31 @@ The two pieces are sync-free tensor ops that a CUDA graph can capture:
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE``, off by default, on the releases ``releases.py`` lists as
 proven) are the thinnest glue SGLang allows:
 
-- AFTER ``FlashAttentionBackend.__init__``: a draft runner's backend says whether it is a plain
-  MHA one on a plain pool the proof covers (:func:`after_backend_init`);
-- AFTER ``init_forward_metadata`` and ``init_forward_metadata_out_graph``: the rewrite, on the
-  draft decode's topk > 1 metadata only (:func:`after_metadata`);
-- AROUND the backend module's ``flash_attn_with_kvcache`` global: a call whose page table the
-  rewrite marked gets the page-size-1 view (:func:`around_flash_attn`). Only the expand call of
-  the draft decode passes that table: the expand metadata is set only by the draft decode and
-  target-verify builders, and the target verify's is a different object SGLang already reads
-  per token.
+- AFTER ``FlashAttentionBackend.__init__``: a draft runner's backend says once whether it is a
+  plain MHA one on a plain pool the proof covers (:func:`after_backend_init`);
+- per draft step (:mod:`.draft_step`): AFTER ``init_forward_metadata`` and
+  ``init_forward_metadata_out_graph``, the rewrite, on the draft decode's topk > 1 metadata only;
+  AROUND the backend module's ``flash_attn_with_kvcache`` global, the page-size-1 view for a call
+  whose page table the rewrite marked. Only the expand call of the draft decode passes that table:
+  the expand metadata is set only by the draft decode and target-verify builders, and the target
+  verify's is a different object SGLang already reads per token. That global is the narrowest
+  point both releases give the view at (docs/design.md, "fa3 in place: where the view is given").
 
 The duplication skips the copy for a draft runner only when every step backend of its multi-step
-FA3 backend is covered (:func:`reads_in_place`, asked by ``backends.copy_needed``).
+FA3 backend is covered (:func:`reads_in_place`, asked once per draft runner by its plan).
 
-A fault in our part of a forward never reaches the scheduler (``SWITCH``): one ERROR line,
-and from the next draft round on the copy is made again, which makes both forms right: SGLang's
-split reads the copied tail, ours never reads it. Eager drafts then keep SGLang's metadata; a CUDA
-graph captured with our per-token view keeps its tables rewritten on replay, since the graph reads
-them per token whatever the setting says now. The CPU proof is ``tests/adapters/v2/test_fa3_in_place.py``; the argument
-is in docs/backend_reads.md. SGLang is not imported here.
+A fault in our part of a forward never reaches the scheduler (:mod:`.fault`): one ERROR line,
+and from the next draft round on SGLang's own function copies the tail again, which makes both
+forms right: SGLang's split reads the copied tail, ours never reads it. Eager drafts then keep
+SGLang's metadata; a CUDA graph captured with our per-token view keeps its tables rewritten on
+replay, since the graph reads them per token whatever the setting says now. The CPU proof is
+``tests/adapters/v2/test_fa3_in_place.py``; the argument is in docs/backend_reads.md. SGLang is
+not imported here.
 """
 
 import logging
 
-from ..common.fault_switch import FaultSwitch
-from . import pools
+from . import fault, pools
 
 FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
 BACKEND = FA3_MODULE + ".FlashAttentionBackend"
@@ -84,7 +84,12 @@ def rewrite_draft_metadata(metadata, expand, seq_lens, cache_loc, decode_length:
     # Padding rows (their output is dropped) read slot 0, the pool's padding slot, not whatever
     # an earlier, larger batch left in the table.
     expand.page_table[rows:n, :decode_length].zero_()
-    setattr(expand.page_table, PER_TOKEN, True)
+    mark_per_token(expand.page_table)
+
+
+def mark_per_token(page_table) -> None:
+    """Say that ``page_table`` is read per token (a graph captured before its replays write it)."""
+    setattr(page_table, PER_TOKEN, True)
 
 
 def is_per_token(page_table) -> bool:
@@ -99,11 +104,6 @@ def per_token_view(paged_cache):
 
 
 # --------------------------------------------------------------------------- the hooks
-
-# Tripped by a fault in our part of a forward: the copy comes back from the next draft round on.
-SWITCH = FaultSwitch("[sglang-eagle-paged] fa3 in place switched off for this process after a fault, the prefix "
-                     "tail is copied again from the next draft round on: %s")
-
 
 # Set on every draft-runner FA3 backend at page > 1, topk > 1: True where the proof covers it (the
 # metadata hooks rewrite its draft decode; the duplication's decision reads it, :func:`reads_in_place`).
@@ -170,53 +170,14 @@ def reads_in_place(draft_backend) -> bool:
     """True where every per-step backend of SGLang's multi-step FA3 draft backend reads the prefix
     tail in place (marked covered by :func:`after_backend_init`), so no reader sees the copy."""
     steps = list(getattr(draft_backend, "attn_backends", ()) or ())
-    return not SWITCH and bool(steps) and all(
+    return not fault.SWITCH and bool(steps) and all(
         getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1 for step in steps)
-
-
-def after_metadata(result, backend, forward_batch, *args, **kwargs):
-    """After either builder: the draft decode's topk > 1 metadata in the in-place form."""
-    if not getattr(backend, MARK, False):
-        return None
-    try:
-        _to_in_place(backend, forward_batch)
-    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: the copy resumes, SGLang's form reads it
-        SWITCH.trip(exc)
-    return None
-
-
-def _to_in_place(backend, forward_batch) -> None:
-    if forward_batch.spec_info is None or not forward_batch.forward_mode.is_decode_or_idle():
-        return
-    expand = backend.forward_metadata_spec_decode_expand
-    if expand is None or backend.speculative_num_steps <= 0:
-        return
-    if SWITCH and not is_per_token(expand.page_table):
-        return  # SGLang's form over the copy; only tables a graph captured per token stay ours
-    metadata = backend.forward_metadata
-    out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
-    if out_cache_loc is None:  # graph capture: the replay fills the tables; only the mark counts
-        setattr(expand.page_table, PER_TOKEN, True)
-        return
-    bs = metadata.cache_seqlens_int32.shape[0]
-    rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
-                           out_cache_loc.view(-1, backend.speculative_num_steps),
-                           backend.speculative_step_id + 1)
-
-
-def around_flash_attn(original, *args, **kwargs):
-    if is_per_token(kwargs.get("page_table")):
-        try:
-            views = per_token_view(kwargs["k_cache"]), per_token_view(kwargs["v_cache"])
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: FA3 runs on SGLang's arguments
-            SWITCH.trip(exc)
-        else:
-            kwargs["k_cache"], kwargs["v_cache"] = views
-    return original(*args, **kwargs)
 
 
 def hooks() -> list:
     """``(target, function, kind)`` for :mod:`sglang_eagle_paged.hooks`."""
+    from .draft_step import after_metadata, around_flash_attn
+
     return [(TARGETS["init"], after_backend_init, "after"),
             (TARGETS["eager"], after_metadata, "after"),
             (TARGETS["graph"], after_metadata, "after"),

@@ -15,15 +15,14 @@ backend's ``init_forward_metadata_out_graph(inner_fb, in_capture)`` the batch; t
   per-step backend's ``needs_cpu_seq_lens`` is set (the default is not), else ``max_context_len``
   (0.5.13 and 0.5.15 use other rules: :data:`~sglang_eagle_paged.releases.FA3_FUSED_V2_PROVEN`).
 
-So: ``expand`` installs v1's hook of the expand builder (it takes any ``cache_loc`` width); ``fused`` adds :func:`fused_out_graph_hook`, an AROUND hook on the multi-step backend's
-``init_forward_metadata_out_graph`` that writes every step's metadata in one launch with the
-kernels' ``live_slots`` (the slice) where it writes exactly what SGLang would, and calls SGLang
-otherwise (capture, anything :func:`..common.fa3_metadata.fusable_backends` refuses, per-step
-backends that disagree on the bound).
-
-Both are AROUND hooks with v1's fault rule (:func:`..common.fa3_metadata.switch_off`): an
-exception on our path never reaches the scheduler; SGLang's builders serve that call and every
-later one.
+So: ``expand`` installs v1's replacement of the expand builder (it takes any ``cache_loc`` width);
+``fused`` adds an AROUND hook on the multi-step backend's ``init_forward_metadata_out_graph`` that
+writes every step's metadata in one launch with the kernels' ``live_slots`` (the slice) where it
+writes exactly what SGLang would (:func:`wrote_fused`), and calls SGLang otherwise (capture,
+anything :func:`..common.fa3_metadata.fusable_backends` refuses, per-step backends that disagree
+on the bound). The hook bodies are the draft step's (:mod:`.draft_step`), with the v2 fault rule
+(:mod:`.fault`): an exception on our path never reaches the scheduler; SGLang's builders serve
+that call and every later one.
 """
 
 import logging
@@ -59,8 +58,10 @@ def hooks(settings: Settings, warm_up_targets, version=None) -> list:
     selection = chosen(settings, version)
     if selection is FA3Expand.OFF:
         return []
+    from . import draft_step
+
     required = settings.fa3_expand_explicit
-    out = fa3_metadata.hooks(FA3Expand.EXPAND, required)
+    out = fa3_metadata.hooks(FA3Expand.EXPAND, required, expand=draft_step.expand_hook)
     if selection is FA3Expand.FUSED and out:
         for target in (FUSED_TARGET, fa3_metadata.FA3_BACKEND):
             problem = resolvable(target)
@@ -68,7 +69,7 @@ def hooks(settings: Settings, warm_up_targets, version=None) -> list:
                 if required:
                     raise LookupError(f"SGLANG_EAGLE_PAGED_FA3_EXPAND=fused but {target} is missing: {problem}")
                 return []
-        out.append(Hook(FUSED_TARGET, fused_out_graph_hook, "around", required))
+        out.append(Hook(FUSED_TARGET, draft_step.fused_out_graph_hook, "around", required))
     if not out:
         return []
     warm = warm_up_hook(FA3Expand.FUSED if len(out) > 1 else FA3Expand.EXPAND)
@@ -95,7 +96,7 @@ def _max_seq_len_k(backends, forward_batch, bs):
     return out.pop() if len(out) == 1 else None
 
 
-def _wrote_fused(multi, forward_batch, bs) -> bool:
+def wrote_fused(multi, forward_batch, bs) -> bool:
     """Every step's metadata in one launch, where that writes exactly what SGLang would."""
     backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
     # SGLang asserts the live slots fit the expand table; where they do not, it raises
@@ -110,25 +111,12 @@ def _wrote_fused(multi, forward_batch, bs) -> bool:
     return True
 
 
-def _reads_in_place(multi) -> bool:
+def reads_in_place(multi) -> bool:
     """Whether fa3 in place marked a step backend of ``multi``: it rewrites each step's metadata
     after SGLang's per-step builders (its AFTER hooks), and a graph captured with its per-token
     view reads only that form, which the fused writer does not write; so such a draft backend
     keeps SGLang's builders (whether or not in place has switched itself off since)."""
     return any(getattr(b, fa3_in_place.MARK, False) for b in (getattr(multi, "attn_backends", None) or ()))
-
-
-def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
-    """AROUND hook body for :data:`FUSED_TARGET`."""
-    bs = getattr(forward_batch, "batch_size", None)
-    if (not in_capture and not fa3_metadata.switched_off() and isinstance(bs, int)
-            and not _reads_in_place(multi)):
-        try:
-            if _wrote_fused(multi, forward_batch, bs):
-                return None
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
-            fa3_metadata.switch_off(exc)
-    return original(multi, forward_batch, in_capture=in_capture)
 
 
 def warm_up_hook(selection: FA3Expand):

@@ -6,10 +6,9 @@ keep more state or another layout) with NHD rows and nothing else moved per slot
 pool we decline keeps SGLang's own function, so a -1 sentinel never reaches a pool's own
 ``move_kv_cache``.
 
-The verdict is derived once per buffer table: cached on the pool beside the table it was
-derived with (``kv_copy.pool_table``, re-built when a buffer is replaced or dies), re-derived
-whenever that table is another object. The duplication hook logs which path serves each pool
-class, once per process and path (:func:`log_path`).
+The verdict is part of the draft runner's plan (:mod:`.draft_plan`), derived again when SGLang
+replaces a buffer; the plan logs which path serves each pool class, once per process and path
+(:func:`log_path`).
 """
 
 import logging
@@ -18,7 +17,6 @@ from ..common import kv_copy
 
 logger = logging.getLogger("sglang_eagle_paged")
 
-_VERDICT_ATTR = "_eagle_paged_v2_verdict"
 _logged = set()
 
 OURS = "one-launch duplication (plain NHD K/V rows)"
@@ -76,8 +74,7 @@ def decline_reason(pool) -> str | None:
 
 def log_path(pool, path: str, why: str) -> None:
     """One INFO line per pool class, path and reason, per process: which function serves this
-    pool's prefix-tail duplication, and why. Called every draft step, so nothing is formatted
-    unless the line is new."""
+    pool's prefix-tail duplication, and why."""
     key = (type(pool).__qualname__, path, why)
     if key in _logged:
         return
@@ -85,27 +82,13 @@ def log_path(pool, path: str, why: str) -> None:
     logger.info("[sglang-eagle-paged] v2 draft copy on %s: %s (%s)", type(pool).__name__, path, why)
 
 
-def verdict(pool) -> tuple:
-    """``(table, None)`` where our kernel copies ``pool`` with the
-    :class:`~sglang_eagle_paged.kernels.KVBufferTable` ``table``; ``(None, reason)`` where SGLang's
-    own function must run (see :func:`decline_reason`)."""
-    table = kv_copy.pool_table(pool)
-    cached = getattr(pool, _VERDICT_ATTR, None)
-    if cached is None or cached[0] is not table:  # the table is held here: its identity cannot be reused
-        cached = (table, decline_reason(pool))
-        try:
-            setattr(pool, _VERDICT_ATTR, cached)
-        except AttributeError:  # a pool class with __slots__: derive every call
-            pass
-    reason = cached[1]
-    if reason is None and table is None:  # kv_copy declines what decline_reason let through
-        reason = "no buffer table for its K/V buffers"
-    return (table, None) if reason is None else (None, reason)
-
-
 def copy_table(pool):
-    """The buffer table our kernel copies ``pool`` with, or None where SGLang's own function must run."""
-    return verdict(pool)[0]
+    """The buffer table our kernel copies ``pool`` with, or None where SGLang's own function must
+    run (derived on each call: the doctor's self-test, benchmarks; serving reads the draft plan's)."""
+    if decline_reason(pool) is not None:
+        return None
+    watch = kv_copy.watch_buffers(pool)
+    return watch.table if watch is not None else None
 
 
 def describe(pool) -> str:

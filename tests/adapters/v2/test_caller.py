@@ -25,7 +25,7 @@ import torch
 import v2_support as support
 from sglang.srt.speculative import eagle_worker_common as ewc
 import sglang_eagle_paged.adapters.v2 as v2
-from sglang_eagle_paged.adapters.v2 import duplicate
+from sglang_eagle_paged.adapters.v2 import draft_plan
 from sglang_eagle_paged.hooks import install
 
 original = ewc.duplicate_prefix_tail_to_draft_branches
@@ -39,11 +39,11 @@ support.restore(pool, start)
 
 hooked = install(v2.hooks("on"), "SGLang 0.5.23")
 calls = []
-inner = duplicate._served
+inner = draft_plan.current
 def counting(*a, **k):
     calls.append(1)
     return inner(*a, **k)
-duplicate._served = counting
+draft_plan.current = counting
 
 bs = len(seq)
 batch = SimpleNamespace(

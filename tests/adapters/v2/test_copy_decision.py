@@ -31,7 +31,7 @@ from sglang.srt.layers.attention import flashinfer_backend as fib  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import backends, draft_plan, draft_step, warm_up  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -78,8 +78,8 @@ def test_each_release_builds_the_classes_the_decision_knows(version):
 
 def _decide(backend):
     pool = support.make_pool(4, 64)
-    backends.record_reader(pool, SimpleNamespace(draft_attn_backend=backend, token_to_kv_pool=pool))
-    return backends.pool_decision(pool)
+    plan = draft_plan.record(pool, SimpleNamespace(draft_attn_backend=backend, token_to_kv_pool=pool))
+    return backends.CopyDecision(plan.copy != draft_plan.SKIP, plan.reason, plan.in_place)
 
 
 @pytest.mark.parametrize("cls,copies", [(fib.FlashInferMultiStepDraftBackend, False),
@@ -105,7 +105,7 @@ def test_what_the_proof_does_not_cover_copies(monkeypatch):
     monkeypatch.setenv("SGLANG_USE_HND_KVCACHE", "1")
     assert _decide(object.__new__(trb.TritonMultiStepDraftBackend))[0] is True
     unrecorded = support.make_pool(4, 64)  # no warm-up ran for it
-    assert backends.pool_decision(unrecorded)[0] is True
+    assert draft_plan.current(unrecorded).copy != draft_plan.SKIP
 
 
 def test_0_5_23_retired_the_process_accessor():
@@ -133,12 +133,13 @@ def test_the_hook_decides_from_the_runners_backend(cls, copies, monkeypatch, cap
     SGLANG_FN(pool, rows, *args, topk, page)
     theirs = support.snapshot(pool)
     support.restore(pool, start)
-    hook = duplicate.make_hook(Mode.ON)  # the decision a server runs: no test double
+    hook = draft_step.duplication_hook(Mode.ON)  # the decision a server runs: no test double
     with support.observe() as (_probe, launches), caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         hook(SGLANG_FN, pool, rows, *args, topk, page)
     want = theirs if copies else start
     assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(want, support.snapshot(pool)))
     assert launches == (["_duplicate_prefix_tail_kernel"] if copies else [])
     # SGLang swaps the runner's backend when its step configuration changes: decided again
+    plan = draft_plan.current(pool)
     runner.draft_attn_backend = None
-    assert backends.pool_decision(pool)[0] is True
+    assert draft_plan.current(pool) is not plan and draft_plan.current(pool).copy == draft_plan.OURS

@@ -36,7 +36,7 @@ from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # n
 
 from helpers.draft_tree import (  # noqa: E402
     HEAD_DIM, HEADS, UNALLOCATED, draft_forward_batch, make_case, plain_translator)
-from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import fault  # noqa: E402
 from sglang_eagle_paged.adapters.v2.dense_draft import (  # noqa: E402
     DenseDraftIndices, dense_out_cache_loc, dense_positions)
 from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
@@ -212,7 +212,7 @@ def _softmax_reference(q, k, v, reads):
 @pytest.mark.parametrize("builder", ["eager", "graph"])
 @pytest.mark.parametrize("params", CASES[:6], ids=_case_id)
 def test_fa3_in_place_reads_exactly_page_1s_keys(params, builder, monkeypatch):
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = dense_case(params)
     k, v = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
     g = torch.Generator().manual_seed(params[0])

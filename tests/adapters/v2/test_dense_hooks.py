@@ -25,7 +25,7 @@ from helpers.draft_tree import plain_translator, prepare_for_draft  # noqa: E402
 from helpers.hook_sandbox import hook_sandbox  # noqa: E402
 from sglang_eagle_paged import hooks as hooks_mod  # noqa: E402
 from sglang_eagle_paged.adapters import v2  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import dense_draft, duplicate, hook_points  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points  # noqa: E402
 from sglang_eagle_paged.settings import Settings  # noqa: E402
 from test_dense_draft import CASES, dense_case  # noqa: E402
 
@@ -41,8 +41,7 @@ TARGETS = {
 @pytest.fixture
 def installed(monkeypatch):
     dense_draft.PLAN.reset()
-    monkeypatch.setattr(dense_draft.GATHER_FAULT, "reason", None)
-    monkeypatch.setattr(duplicate._switched_off, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     with hook_sandbox(monkeypatch, TARGETS) as (originals, read):
         settings = Settings(dense_draft=True)
         hooked = hooks_mod.install([h for h in v2.hooks(settings, "0.5.23")

@@ -1,9 +1,12 @@
 """Rounds of tree drafting in the dense draft layout at page ``P > 1`` against page 1 (issue 54,
-docs/design.md "Page > 1 in page 1's memory"), on SGLang 0.5.23's own allocation, verify window,
-post-verify move and allocator:
+docs/design.md "Page > 1 in page 1's memory"), on SGLang's own allocation, verify window,
+post-verify move and allocator, 0.5.23's (``.venv``) and 0.5.17's (``.venv-517``, scripts/test.sh's
+v517 part):
 
-- each round allocates as ``eagle_prepare_for_decode`` does (``page_aligned_decode_alloc_lens``
-  with the dense reserve, page 1's, then ``alloc_for_spec_decode``), drafts into
+- each round allocates as ``eagle_prepare_for_decode`` does with the dense reserve, page 1's: on
+  0.5.23 through ``page_aligned_decode_alloc_lens`` then ``alloc_for_spec_decode``; 0.5.17 has the
+  rule inline, so its own ``eagle_prepare_for_decode`` runs, its reserve from the server arguments
+  through this project's sizing hook (installed with SGLang's HookRegistry); drafts into
   :func:`dense_out_cache_loc`'s slots (random KV: scratch), writes the verify's KV into SGLang's
   verify window (``assign_extend_cache_locs``, launched as
   ``assign_extend_cache_locs_func`` launches it on a GPU: this CPU is neither SGLang's CPU nor its GPU platform) and moves a random accepted path with
@@ -17,6 +20,7 @@ Then every draft slot lies inside its request's allocation, each request's commi
 slot it started with. SGLang's functions run as they are (Triton kernels in the interpreter).
 """
 
+import logging
 import random
 from types import SimpleNamespace
 
@@ -24,8 +28,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 sizing = pytest.importorskip("sglang.srt.mem_cache.allocation_sizing")
-if not hasattr(sizing, "page_aligned_decode_alloc_lens"):
-    pytest.skip("needs SGLang's page_aligned_decode_alloc_lens (0.5.23)", allow_module_level=True)
 
 from sglang.kernels.ops.speculative.cache_locs import assign_extend_cache_locs  # noqa: E402
 from sglang.srt.utils import next_power_of_2  # noqa: E402
@@ -34,22 +36,68 @@ from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator, TokenToK
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
-from sglang.srt.runtime_context import create_context, use_context  # noqa: E402
+from sglang.srt import runtime_context  # noqa: E402
 from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache  # noqa: E402
 
+from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
+
+from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points  # noqa: E402
 from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc, dense_positions  # noqa: E402
 from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 
 torch.set_num_threads(1)
 DIM = 2
+# 0.5.23 sizes a decode round with page_aligned_decode_alloc_lens; 0.5.17 has the same rule inline in
+# eagle_prepare_for_decode, which allocates the round itself, its reserve from the server arguments
+# through get_alloc_len_per_decode: there, this project's sizing hook gives it the dense reserve.
+PAGE_ALIGNED = getattr(sizing, "page_aligned_decode_alloc_lens", None)
+
+
+class _Req(SimpleNamespace):
+    """What SGLang's row pool and round allocation read of a request."""
+
+    @property
+    def kv_committed_len(self):  # 0.5.17's eagle_prepare_for_decode reads the request's own
+        return self.kv.kv_committed_len
+
+
+# The hooks of SGLANG_EAGLE_PAGED_DENSE_DRAFT this file runs SGLang's rounds through: the reserve, the
+# draft preparation and the duplication its paged branch calls.
+HOOKED = {"sizing": (sizing, "get_alloc_len_per_decode"), "prepare": (ewc, "prepare_for_draft"),
+          "duplicate": (ewc, hook_points.FUNCTION)}
+
+
+@pytest.fixture
+def dense_hooks(monkeypatch):
+    """This project's dense-draft hooks installed with SGLang's HookRegistry as a server installs them
+    (undone after the test), the plan on as ``dense_draft.decide`` turns it on (the test sets its
+    ``len_per_decode`` for its tree), the fault switch as at start-up."""
+    from helpers.hook_sandbox import hook_sandbox
+    from sglang_eagle_paged import hooks
+    from sglang_eagle_paged.adapters import v2
+    from sglang_eagle_paged.settings import Settings
+
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
+    for name, value in (("asked", True), ("active", True), ("len_per_decode", None), ("decided", None),
+                        ("sglang_reserve", False)):  # before the hooks: dense_draft.hooks sets "asked"
+        monkeypatch.setattr(dense_draft.PLAN, name, value)
+    with hook_sandbox(monkeypatch, HOOKED) as (_originals, read):
+        wanted = {f"{m.__name__}.{a}" for m, a in HOOKED.values()}
+        hooks.install([h for h in v2.hooks(Settings(dense_draft=True), "0.5.23") if h.target in wanted], "test")
+        read()  # what the sandbox puts back wherever the registry rebound it
+        yield dense_draft.PLAN
 
 
 @pytest.fixture(scope="module")
 def fa3_context():
-    args = ServerArgs(model_path="dummy", attention_backend="fa3", device="cpu")
-    with use_context(create_context(args, role="test")):
-        yield
+    if hasattr(runtime_context, "create_context"):  # 0.5.23
+        args = ServerArgs(model_path="dummy", attention_backend="fa3", device="cpu")
+        with runtime_context.use_context(runtime_context.create_context(args, role="test")):
+            yield
+    else:  # 0.5.17: one process-wide context, overridden for the test
+        with runtime_context.get_context().override_server_args(attention_backend="fa3", device="cpu"):
+            yield
 
 
 def _value(req, pos, node):
@@ -79,7 +127,11 @@ class Server:
         return self.kv.k_buffer[0][:, 0, :]
 
     def prefill(self, req, n):
-        (row,) = self.rows.alloc_rows(1)
+        state = _Req(kv=SimpleNamespace(kv_allocated_len=n, kv_committed_len=n), req_pool_idx=None, decode_batch_idx=0)
+        if hasattr(self.rows, "alloc_rows"):  # 0.5.23: rows by count
+            (row,) = self.rows.alloc_rows(1)
+        else:  # 0.5.17: rows by request
+            (row,) = self.rows.alloc([state])
         if self.page == 1:
             out = allocation.alloc_token_slots(self.cache, n)
         else:
@@ -89,27 +141,56 @@ class Server:
         self.rows.req_to_token[row, :n] = out.to(torch.int32)
         for pos in range(n):
             self.k()[int(out[pos])] = _value(req, pos, 0)
-        self.live[req] = (row, SimpleNamespace(kv=SimpleNamespace(kv_allocated_len=n, kv_committed_len=n)))
+        self.live[req] = (row, state)
 
-    def round(self, reqs, topk, steps, tokens, paths, g):
-        """One decode round for ``reqs`` (ids): SGLang's allocation, our dense draft slots, SGLang's verify
-        window and move. ``paths[req]``: the accepted tree nodes (0 first)."""
+    def context(self, topk, steps, tokens):
+        """The server arguments of this page size and tree, published as each release reads them."""
+        fields = dict(page_size=self.page, speculative_algorithm="EAGLE", speculative_eagle_topk=topk,
+                      speculative_num_steps=steps, speculative_num_draft_tokens=tokens, attention_backend="fa3",
+                      device="cpu")
+        if hasattr(runtime_context, "create_context"):  # 0.5.23
+            args = ServerArgs(model_path="dummy", speculative_draft_model_path="dummy", **fields)
+            return runtime_context.use_context(runtime_context.create_context(args, role="test"))
+        return runtime_context.get_context().override_server_args(**fields)  # 0.5.17
+
+    def allocate(self, reqs, topk, steps, tokens):
+        """SGLang's allocation of a decode round for ``reqs`` (ids), its reserve through the installed
+        sizing hook; returns that reserve."""
         rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
         states = [self.live[r][1] for r in reqs]
-        reserve = reserve_per_decode(self.page, topk, steps, tokens, dense=True)
-        cur, nxt, needed = sizing.page_aligned_decode_alloc_lens(states, reserve=reserve, page_size=self.page)
-        cur_cpu, nxt_cpu = torch.tensor(cur, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32)
-        allocation.alloc_for_spec_decode(self.cache, self.rows, reqs=states, req_pool_indices=rows,
-                                         cur_kv_lens=cur_cpu.clone(), cur_kv_lens_cpu=cur_cpu,
-                                         nxt_kv_lens=nxt_cpu.clone(), nxt_kv_lens_cpu=nxt_cpu,
-                                         num_needed_tokens=needed,
-                                         batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
+        with self.context(topk, steps, tokens):
+            reserve = sizing.get_alloc_reserve_per_decode()
+            if PAGE_ALIGNED is not None:
+                cur, nxt, needed = PAGE_ALIGNED(states, reserve=reserve, page_size=self.page)
+                cur_cpu, nxt_cpu = torch.tensor(cur, dtype=torch.int32), torch.tensor(nxt, dtype=torch.int32)
+                allocation.alloc_for_spec_decode(self.cache, self.rows, reqs=states, req_pool_indices=rows,
+                                                 cur_kv_lens=cur_cpu.clone(), cur_kv_lens_cpu=cur_cpu,
+                                                 nxt_kv_lens=nxt_cpu.clone(), nxt_kv_lens_cpu=nxt_cpu,
+                                                 num_needed_tokens=needed,
+                                                 batch=SimpleNamespace(device="cpu", hisparse_coordinator=None))
+            else:
+                self.prepare_for_decode_517(states, rows)
+        return reserve
+
+    def decode(self, reqs, topk, steps, tokens, paths, g, draft=None):
+        """The rest of the round :meth:`allocate` allocated: the draft slots (``draft(server, rows,
+        seq_lens)``; by default our dense gather), SGLang's verify window and move. ``paths[req]``: the
+        accepted tree nodes (0 first)."""
+        rows = torch.tensor([self.live[r][0] for r in reqs], dtype=torch.int64)
+        states = [self.live[r][1] for r in reqs]
         seq_lens = torch.tensor([s.kv.kv_committed_len for s in states], dtype=torch.int64)
-        # the draft: dense slots, inside each request's allocation; its KV is scratch
-        positions = dense_positions(seq_lens, topk, steps)
-        assert (positions < torch.tensor([s.kv.kv_allocated_len for s in states]).view(-1, 1)).all()
-        draft = dense_out_cache_loc(self.rows.req_to_token, rows, seq_lens, topk, steps)
-        self.k()[draft] = torch.randn((draft.numel(), DIM), generator=g)
+        # the draft: its slots inside each request's allocation, past its committed KV; its KV is scratch
+        if draft is None:
+            positions = dense_positions(seq_lens, topk, steps)
+            assert (positions < torch.tensor([s.kv.kv_allocated_len for s in states]).view(-1, 1)).all()
+            slots = dense_out_cache_loc(self.rows.req_to_token, rows, seq_lens, topk, steps)
+        else:
+            slots = draft(self, rows, seq_lens)
+        for b, s in enumerate(states):
+            owned = self.rows.req_to_token[int(rows[b]), s.kv.kv_committed_len:s.kv.kv_allocated_len].long()
+            mine = slots.view(len(reqs), -1)[b]
+            assert torch.isin(mine, owned).all(), f"request {reqs[b]}: a draft slot it does not own"
+        self.k()[slots] = torch.randn((slots.numel(), DIM), generator=g)
         # the verify: SGLang's window, the tree's KV written into it
         window = torch.empty(len(reqs) * tokens, dtype=torch.int64)
         assign_extend_cache_locs[(len(reqs),)](  # as assign_extend_cache_locs_func launches it on a GPU
@@ -122,10 +203,23 @@ class Server:
         for b, r in enumerate(reqs):
             accept_index[b, :len(paths[r])] = torch.tensor([b * tokens + n for n in paths[r]], dtype=torch.int32)
         correct = torch.tensor([len(paths[r]) - 1 for r in reqs], dtype=torch.int32)
-        batch = SimpleNamespace(seq_lens=seq_lens.clone(), out_cache_loc=window)
+        # 0.5.17's move reads the front slots through the rows, 0.5.23's from the verify window
+        batch = SimpleNamespace(seq_lens=seq_lens.clone(), out_cache_loc=window, req_pool_indices=rows,
+                                req_to_token_pool=self.rows)
         move_accept_tokens_to_target_kvcache(batch, accept_index, correct, self.allocator)
         for s, r in zip(states, reqs):
             s.kv.kv_committed_len += len(paths[r])
+
+    def prepare_for_decode_517(self, states, rows):
+        """0.5.17's own ``eagle_prepare_for_decode`` on the round's requests, under the published server
+        arguments; its reserve is SGLang's sizing, through the installed hook."""
+        from sglang.srt.speculative.eagle_utils import eagle_prepare_for_decode
+
+        eagle_prepare_for_decode(SimpleNamespace(
+            maybe_evict_swa=lambda: None, batch_size=lambda: len(states), reqs=states,
+            sampling_info=SimpleNamespace(penalizer_orchestrator=SimpleNamespace(is_required=False)),
+            token_to_kv_pool_allocator=self.allocator, req_to_token_pool=self.rows, req_pool_indices=rows,
+            tree_cache=self.cache, device="cpu"))
 
     def committed(self, req):
         row, state = self.live[req]
@@ -135,19 +229,26 @@ class Server:
     def finish(self, req):
         row, state = self.live.pop(req)
         self.allocator.free(self.rows.req_to_token[row, :state.kv.kv_allocated_len].long())
-        self.rows.free_rows([row])
+        if hasattr(self.rows, "free_rows"):
+            self.rows.free_rows([row])
+        else:
+            self.rows.free(state)
 
 
-@pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
-def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context):
+def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
+    """Rounds at page 1 and at ``page`` with the same requests, lengths, accepted paths and KV values:
+    new requests, a decode round for all (``draft`` as :meth:`Server.decode` takes it; ``before_round(i)``
+    first), some finish; every request's committed KV compared after each round, every slot returned at
+    the end. Returns the reserve SGLang allocated each round with at ``page``."""
     rng = random.Random(seed)
     tokens = rng.randint(steps + 1, topk * steps)
+    dense_draft.PLAN.len_per_decode = max(steps * topk, tokens)  # what dense_draft.decide sets for this tree
     width = 64 * page + 2 * reserve_per_decode(page, topk, steps, tokens)
     size = 40 * width
     servers = [Server(1, size, 12, width), Server(page, size, 12, width)]
     g = torch.Generator().manual_seed(seed)
-    next_id, live = 0, []
-    for _ in range(6):  # rounds: new requests, a decode round for all, some finish
+    next_id, live, reserves = 0, [], []
+    for i in range(rounds):
         for _ in range(rng.randint(0 if live else 1, 2)):
             n = rng.choice([page, rng.randint(1, 3 * page), page - 1 or 1])  # on and off page boundaries
             for s in servers:
@@ -159,8 +260,12 @@ def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed,
             depth = rng.randint(0, steps)
             nodes = sorted(rng.sample(range(1, tokens), min(depth, tokens - 1)))
             paths[r] = [0] + nodes
+        if before_round is not None:
+            before_round(i)
+        # both rounds allocated before either drafts, as one scheduler allocates a round before its forward
+        reserves.append([s.allocate(live, topk, steps, tokens) for s in servers][-1])
         for s in servers:
-            s.round(live, topk, steps, tokens, paths, g)
+            s.decode(live, topk, steps, tokens, paths, g, draft)
         for r in live:
             ref, got = servers[0].committed(r), servers[1].committed(r)
             assert torch.equal(got, ref), f"request {r}"
@@ -173,3 +278,55 @@ def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed,
             s.finish(r)
     for s in servers:
         assert s.allocator.available_size() == s.start, f"page {s.page}: slots leaked"
+    return reserves, tokens
+
+
+@pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
+def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context, dense_hooks):
+    reserves, tokens = _serve(page, topk, steps, seed)
+    assert set(reserves) == {reserve_per_decode(page, topk, steps, tokens, dense=True)}  # page 1's, through the hook
+
+
+FAULT = 2  # the round whose gather faults
+
+
+@pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 7), (64, 8, 5, 8), (4, 3, 2, 9)])
+def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk, steps, seed, fa3_context,
+                                                                      dense_hooks, monkeypatch, caplog):
+    """Rounds drafted through SGLang's own ``prepare_for_draft`` with the hooks installed, our gather
+    faulting in round ``FAULT``: that round keeps the dense slots (SGLang's page-1 slot kernel), the
+    next allocation takes SGLang's reserve, and from that round on SGLang's per-branch layout serves
+    (its slots, its prefix-tail copy); every draft slot and copy target lies in its request's own
+    allocation, the committed KV equals page 1's round after round, and every slot comes back."""
+    from helpers.draft_tree import prepare_for_draft
+
+    drafted = []  # at ``page``: (dense layout on, slots the duplication copied)
+
+    def draft(server, rows, seq_lens):
+        states = {row: state for row, state in server.live.values()}
+        prep = prepare_for_draft(SimpleNamespace(
+            pool=server.kv, seq_lens=seq_lens, req_pool_indices=rows, page=server.page,
+            r2t=server.rows.req_to_token, topk=topk, steps=steps), monkeypatch)
+        owned = torch.cat([server.rows.req_to_token[int(r), states[int(r)].kv.kv_committed_len:
+                                                     states[int(r)].kv.kv_allocated_len].long() for r in rows])
+        assert torch.isin(prep.tgt, owned).all(), "a prefix-tail copy outside the requests' allocations"
+        if server.page > 1:
+            drafted.append((dense_draft.PLAN.active, prep.tgt.numel()))
+        return prep.out_cache_loc
+
+    def broken(*_a, **_k):
+        raise KeyError("broken on purpose")
+
+    def before_round(i):
+        if i == FAULT:
+            monkeypatch.setattr(dense_draft, "dense_out_cache_loc", broken)
+
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        reserves, tokens = _serve(page, topk, steps, seed, draft, before_round)
+    dense = reserve_per_decode(page, topk, steps, tokens, dense=True)
+    assert reserves == [dense] * (FAULT + 1) + [reserve_per_decode(page, topk, steps, tokens)] * (5 - FAULT)
+    assert [on for on, _ in drafted] == [True] * (FAULT + 1) + [False] * (5 - FAULT)
+    assert all(n == 0 for _, n in drafted[:FAULT + 1]) and any(n for _, n in drafted[FAULT + 1:])
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    handed = [r.getMessage() for r in caplog.records if "handed back" in r.getMessage()]
+    assert len(errors) == 1 and "KeyError" in errors[0] and len(handed) == 1, (errors, handed)

@@ -2,6 +2,7 @@
 0 host reads, no torch op, one launch, one compiled variant for every batch."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,7 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.op_count import count  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step, pools  # noqa: E402
 from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import (  # noqa: E402
     _duplicate_prefix_tail_kernel, duplicate_prefix_tail_reference, tail_pair_capacity, tail_pairs,
@@ -23,8 +24,7 @@ from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
 SGLANG_FN = ewc.duplicate_prefix_tail_to_draft_branches
-OURS = duplicate.make_hook(Mode.ON,
-                          copy_decision=lambda _pool: backends.CopyDecision(True, "these tests compare copies"))
+OURS = draft_step.duplication_hook(Mode.ON)  # no draft runner recorded for these pools: it copies
 KERNEL = "_duplicate_prefix_tail_kernel"
 
 
@@ -141,12 +141,12 @@ def test_sglang_launches_grow_with_pairs_ours_do_not():
 
 def test_the_duplication_is_one_launch_and_no_torch_op():
     """The whole v2 duplication: nothing dispatched to torch, one Triton launch (on a GPU: one kernel).
-    The pool's buffer table is built once per pool (the warm-up does it at start-up), so the count
-    starts at a pool already seen, as every draft step after the first does."""
+    The draft runner's plan is derived once (the warm-up does it at start-up), so the count starts at
+    a pool whose plan exists, as every draft step does."""
     page, topk, steps, seq = 16, 4, 5, [17, 1, 32, 30]
     pool, rows = support.layout_rows(seq, page, topk, steps, seed=12)
     args = support.draft_args(seq, page, steps)
-    assert pools.copy_table(pool) is not None
+    assert draft_plan.current(pool).copy == draft_plan.OURS
     c = count(lambda: OURS(SGLANG_FN, pool, rows, *args, topk, page))
     assert dict(c.ops) == {} and dict(c.launches) == {KERNEL: 1}, (c.ops, c.launches)
 
@@ -198,11 +198,11 @@ def test_fake_mode_changes_no_kv():
     start = support.snapshot(pool)
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
     with support.observe() as (probe, launches):
-        duplicate.make_hook(Mode.FAKE)(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)
+        draft_step.duplication_hook(Mode.FAKE)(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)
     assert_same(start, support.snapshot(pool))
     assert launches == [] and probe.reads == []
     with pytest.raises(ValueError):
-        duplicate.make_hook(Mode.OFF)
+        draft_step.duplication_hook(Mode.OFF)
 
 
 def test_topk_one_does_nothing_like_sglang():
@@ -214,17 +214,52 @@ def test_topk_one_does_nothing_like_sglang():
     assert launches == [] and pools.copy_table(pool) is not None
 
 
-def test_a_backend_that_never_reads_the_copy_gets_no_copy_and_no_launch():
+def test_a_backend_that_never_reads_the_copy_gets_no_copy_and_no_launch(monkeypatch):
     page, topk, steps, seq = 4, 4, 3, [5, 6, 7]
     pool, rows = support.layout_rows(seq, page, topk, steps, seed=5)
     support.fill_random(pool, 5)
     start = support.snapshot(pool)
     prefix_base, last_page, nnp = support.draft_args(seq, page, steps)
-    asked = []
-    hook = duplicate.make_hook(Mode.ON,
-                               copy_decision=lambda _pool: asked.append(1) or backends.CopyDecision(False, "flashinfer"))
+    from sglang.srt.layers.attention import flashinfer_backend as fib
+
+    runner = SimpleNamespace(draft_attn_backend=object.__new__(fib.FlashInferMultiStepDraftBackend))
+    derived = []
+    real_derive = draft_plan.derive
+    monkeypatch.setattr(draft_plan, "derive", lambda *a: derived.append(1) or real_derive(*a))
+    draft_plan.record(pool, runner)  # the warm-up: decided once per draft runner
+    hook = draft_step.duplication_hook(Mode.ON)
     with support.observe() as (probe, launches):
         for _ in range(3):
             hook(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)
     assert_same(start, support.snapshot(pool))
-    assert launches == [] and probe.reads == [] and asked == [1, 1, 1]  # asked per call: SGLang may swap the backend
+    assert launches == [] and probe.reads == [] and derived == [1]  # no draft step decided it again
+    runner.draft_attn_backend = object.__new__(fib.FlashInferMultiStepDraftBackend)  # SGLang swapped it
+    hook(SGLANG_FN, pool, rows, prefix_base, last_page, nnp, topk, page)
+    assert derived == [1, 1]
+
+
+def test_the_plan_follows_buffers_sglang_re_creates():
+    """SGLang re-creates the pool's K/V buffers with its own ``_create_buffers`` (as its constructor
+    does): the next draft step derives the runner's plan again and copies into the new buffers,
+    exactly as SGLang's function does; the plan is the one attribute of ours on the pool."""
+    from sglang_eagle_paged.adapters.v2 import warm_up
+
+    page, topk, steps, seq = 4, 3, 2, [5, 6, 7]
+    pool, rows = support.layout_rows(seq, page, topk, steps, seed=21)
+    args = support.draft_args(seq, page, steps)
+    runner = SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows))
+    warm_up.after_hook(None, SimpleNamespace(topk=topk, draft_runner=runner))
+    old = draft_plan.current(pool)
+    kept = list(pool.k_buffer) + list(pool.v_buffer)  # alive, so a stale table could only write into them
+    pool._create_buffers()
+    assert not any(b is k for b, k in zip(pool.k_buffer, kept))
+    support.fill_random(pool, 21)
+    start = support.snapshot(pool)
+    SGLANG_FN(pool, rows, *args, topk, page)
+    theirs = support.snapshot(pool)
+    support.restore(pool, start)
+    OURS(SGLANG_FN, pool, rows, *args, topk, page)
+    assert_same(theirs, support.snapshot(pool))
+    assert draft_plan.current(pool) is not old and draft_plan.current(pool).copy == draft_plan.OURS
+    assert [k for k in vars(pool) if "eagle_paged" in k] == [draft_plan._ATTR]
+    del kept

@@ -56,9 +56,9 @@ try:  # 0.5.17: the unified pool's hooks stand where 0.5.23's KVIndexTranslator 
 except ImportError:  # 0.5.23
     unified_mla_hooks = None
 
-from sglang_eagle_paged.adapters.v2 import fa3_in_place  # noqa: E402
-from sglang_eagle_paged.adapters.v2.fa3_in_place import (  # noqa: E402
-    after_backend_init, after_metadata, around_flash_attn, is_per_token)
+from sglang_eagle_paged.adapters.v2 import fa3_in_place, fault  # noqa: E402
+from sglang_eagle_paged.adapters.v2.draft_step import after_metadata, around_flash_attn  # noqa: E402
+from sglang_eagle_paged.adapters.v2.fa3_in_place import after_backend_init, is_per_token  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -421,13 +421,16 @@ def _reference(case, prep, step, builder, q):
 
 def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_serves(monkeypatch, caplog):
     """The fault rule (never the scheduler's): our rewrite raising leaves SGLang's metadata as its
-    builder made it, the copy decision turns back to copying (also through the pool's cached
-    decision), and one ERROR line says so, however many faults follow."""
+    builder made it, SGLang's own function copies the prefix tail again although the runner's plan
+    (kept: nothing SGLang holds changed) says in place, and one ERROR line says so, however many
+    faults follow."""
     from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
 
     from sglang_eagle_paged.adapters.v2 import backends as readers
+    from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step
+    from sglang_eagle_paged.settings import Mode
 
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
     case, prep = _bf16_case(CASES[0], monkeypatch)
     step = case.steps - 2
@@ -437,9 +440,13 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
     be, _, _ = _draft_step_metadata(case, prep, step, "eager", in_place=True)
     multi = object.__new__(FlashAttentionMultiStepBackend)
     multi.attn_backends = [be]
-    pool = SimpleNamespace()
-    readers.record_reader(pool, SimpleNamespace(draft_attn_backend=multi))
-    assert readers.pool_decision(pool)[0] is False  # in place: no copy, before any fault
+    pool = _pool()
+    plan = draft_plan.record(pool, SimpleNamespace(draft_attn_backend=multi))
+    assert plan.copy == draft_plan.SKIP and plan.in_place  # in place: no copy, before any fault
+    duplication, sglangs = draft_step.duplication_hook(Mode.ON), []
+    no_tail = (torch.zeros((1, 4), dtype=torch.int32),) + (torch.zeros(1, dtype=torch.int64),) * 3 + (2, 16)
+    duplication(lambda *a: sglangs.append(a), pool, *no_tail)
+    assert sglangs == []
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected into our rewrite")
@@ -449,17 +456,19 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
         for _ in range(2):
             be, md, ex = _draft_step_metadata(case, prep, step, "eager", in_place=True)
     assert len(_errors(caplog)) == 1 and "injected into our rewrite" in _errors(caplog)[0].getMessage()
-    assert fa3_in_place.SWITCH and not is_per_token(ex.page_table)
+    assert fault.SWITCH and not is_per_token(ex.page_table)
     out, _ = two_pass(q, *_paged_kv(be, case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()), md, ex, ours)
     torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # SGLang's own split, over the copy
-    assert readers.pool_decision(pool)[0] is True and readers.copy_needed(multi)[0] is True
+    assert draft_plan.current(pool) is plan and readers.copy_needed(multi)[0] is True
+    duplication(lambda *a: sglangs.append(a), pool, *no_tail)
+    assert len(sglangs) == 1 and sglangs[0][0] is pool  # SGLang's own copy, from the next round on
 
 
 def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monkeypatch):
     """A CUDA graph captured with our per-token view reads its expand table per token whatever
     happens later, so after a fault its replays are still rewritten: the same attention as
     SGLang's, without reading a hole."""
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = _bf16_case(CASES[3], monkeypatch)
     step = case.steps - 2
     q = torch.randn((case.bs * case.topk, HEADS, HEAD_DIM), generator=torch.Generator().manual_seed(3))
@@ -469,7 +478,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
     after_backend_init(None, be)
     fb = _forward_batch(case, prep)
     after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=True), be, fb, in_capture=True)
-    fa3_in_place.SWITCH.trip(RuntimeError("a fault elsewhere in our path"))
+    fault.SWITCH.trip(RuntimeError("a fault elsewhere in our path"))
     fb = _forward_batch(case, prep)
     after_metadata(be.init_forward_metadata_out_graph(fb, in_capture=False), be, fb, in_capture=False)
     md, ex = be.forward_metadata, be.forward_metadata_spec_decode_expand
@@ -483,7 +492,7 @@ def test_a_graph_captured_in_place_keeps_its_tables_rewritten_after_a_fault(monk
 
 
 def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     table = torch.zeros(2, 3, dtype=torch.int32)
     setattr(table, fa3_in_place.PER_TOKEN, True)
     k_cache = torch.zeros(8, 4, HEADS, HEAD_DIM).transpose(0, 1)  # pages and offsets no view can merge
@@ -497,11 +506,11 @@ def test_a_fault_in_the_view_runs_fa3_on_sglangs_own_arguments(monkeypatch, capl
     with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         assert around_flash_attn(fa3, page_table=table, k_cache=k_cache, v_cache=v_cache) == "out"
     assert seen["k_cache"] is k_cache and seen["v_cache"] is v_cache
-    assert len(_errors(caplog)) == 1 and fa3_in_place.SWITCH
+    assert len(_errors(caplog)) == 1 and fault.SWITCH
 
 
 def test_a_fault_in_the_coverage_check_keeps_the_copy(monkeypatch, caplog):
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     be = _draft_backend()
     monkeypatch.setattr(fa3_in_place, "not_covered", lambda backend: 1 / 0)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
@@ -563,7 +572,7 @@ def _hooked_draft_backend(case, max_bs, in_place, fused=False):
     with the fused FA3 replay metadata's AROUND hook on the multi-step builder too."""
     multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
     if fused:
-        from sglang_eagle_paged.adapters.v2.fa3_replay import fused_out_graph_hook
+        from sglang_eagle_paged.adapters.v2.draft_step import fused_out_graph_hook
 
         build = fa3b.FlashAttentionMultiStepBackend.init_forward_metadata_out_graph
         multi.init_forward_metadata_out_graph = lambda fb, in_capture=False: fused_out_graph_hook(
@@ -684,7 +693,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     batch's ``out_cache_loc``), which switched the path off in the first serving passes. With the
     fused replay metadata asked for too, the fused writer (SGLang's split form) leaves an in-place
     draft backend to SGLang's builders and our rewrite: else the graph would read the holes."""
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = _bf16_case(params, monkeypatch)
     k_copied, v_copied = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
     k_holes, v_holes = k_copied.clone(), v_copied.clone()
@@ -704,7 +713,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
                 runner.execute(batch)
             padded = replayed[-1]
         seen.add(padded - len(requests))
-        assert padded >= len(requests) and not fa3_in_place.SWITCH, fa3_in_place.SWITCH.reason
+        assert padded >= len(requests) and not fault.SWITCH, fault.SWITCH.reason
         real = [r * case.topk + t for r in requests for t in range(case.topk)]
         for step, be in enumerate(multi.attn_backends):
             md, ex = be.forward_metadata, be.forward_metadata_spec_decode_expand
@@ -728,7 +737,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
 def test_an_idle_draft_batch_passes_through(monkeypatch):
     """An idle batch (no request on this rank) through SGLang's eager builder and our hook: nothing to
     rewrite, no fault."""
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = _bf16_case(CASES[0], monkeypatch)
     be = _backend(case, 0)
     after_backend_init(None, be)
@@ -742,4 +751,46 @@ def test_an_idle_draft_batch_passes_through(monkeypatch):
     except Exception as exc:  # noqa: BLE001 -- SGLang's own builder: what it does with an idle batch is its own
         pytest.skip(f"SGLang's eager builder does not take an idle draft batch on CPU: {type(exc).__name__}: {exc}")
     after_metadata(result, be, fb)
-    assert not fa3_in_place.SWITCH, fa3_in_place.SWITCH.reason
+    assert not fault.SWITCH, fault.SWITCH.reason
+
+
+# --------------------------------------------------------------------------- where the view is given
+
+
+def _fa3_calls(fn):
+    """``(callee, page_table, k_cache)`` of every FA3 kernel call written in ``fn``'s own body (nested
+    functions excluded: they are other call sites), as source text."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(fn)))).body[0]
+    out, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("flash_attn_with_kvcache"):
+            kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            out.append((ast.unparse(node.func), kw.get("page_table"), kw.get("k_cache")))
+        todo += list(ast.iter_child_nodes(node))
+    return out
+
+
+def test_the_expand_call_is_reached_only_through_the_module_global():
+    """Why fa3 in place hooks the backend module's ``flash_attn_with_kvcache`` global, not something
+    of the draft backend alone (docs/design.md, "fa3 in place: where the view is given"): in the
+    installed release (0.5.23, and 0.5.17 in scripts/test.sh's v517 part) the draft decode's expand
+    call is written inline in ``FlashAttentionBackend.forward_decode``, through that module global,
+    with the same ``k_cache`` as its first pass; so no method of the draft's backend object, and no
+    argument SGLang computes for the expand call alone, can give that one call another view. Where a
+    release calls the kernel through the instance (``self.flash_attn_with_kvcache``) or a method of
+    its own, this fails: a narrower hook exists there."""
+    calls = _fa3_calls(fa3b.FlashAttentionBackend.forward_decode)
+    expand = [c for c in calls if c[1] == "self.forward_metadata_spec_decode_expand.page_table"]
+    mha = [c for c in expand if c[2] == "key_cache"]
+    assert len(mha) == 1, calls  # the MHA expand pass (the other one is MLA's, not covered)
+    assert all(callee == "flash_attn_with_kvcache" for callee, _, _ in calls), calls  # the module global
+    first = [c for c in calls if c[1] == "page_table"]
+    assert first and all(k == "key_cache" for _, _, k in first), calls  # the first pass: the same k_cache
+    assert fa3b.flash_attn_with_kvcache is not None  # what our AROUND hook wraps

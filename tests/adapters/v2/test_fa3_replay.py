@@ -31,7 +31,7 @@ from helpers.sglang_source import undecorated
 from sglang_eagle_paged import settings
 from sglang_eagle_paged.adapters import v2
 from sglang_eagle_paged.adapters.common import fa3_metadata
-from sglang_eagle_paged.adapters.v2 import fa3_replay
+from sglang_eagle_paged.adapters.v2 import draft_step, fa3_replay, fault
 from sglang_eagle_paged.kernels.draft_decode_metadata import (
     _draft_decode_metadata_all_steps_kernel,
     _draft_decode_metadata_kernel,
@@ -65,7 +65,7 @@ def replay_batch(rng, multi, raw_bs, bs):
 @pytest.fixture(autouse=True)
 def serving(monkeypatch):
     """Every test starts with our builders serving (a fault test switches them off)."""
-    monkeypatch.setattr(fa3_metadata._switched_off, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_fused_hook_matches_sglang_replay(launches):
             fb = replay_batch(rng, multi, rng.randint(1, bs), bs)
             ma, mb, v1_style = sglang_replay(multi, fb), copy.deepcopy(multi), copy.deepcopy(multi)
             n = len(launches)
-            assert fa3_replay.fused_out_graph_hook(SG.out_graph, mb, copy.copy(fb)) is None
+            assert draft_step.fused_out_graph_hook(SG.out_graph, mb, copy.copy(fb)) is None
             assert launches[n:] == ["all"]
             assert_same_state(ma, mb, bs)
             assert _differs(ma, multi) or int(fb.seq_lens.max()) == 0  # SGLang wrote something
@@ -165,7 +165,7 @@ def test_fused_hook_leaves_to_sglang_what_it_cannot_prove(case, launches):
         e = multi.attn_backends[2].draft_decode_metadata_topk_expand[2]
         e.page_table = e.page_table[:, :2]
     original, calls = _original()
-    assert fa3_replay.fused_out_graph_hook(original, multi, fb, in_capture=in_capture) == "sglang"
+    assert draft_step.fused_out_graph_hook(original, multi, fb, in_capture=in_capture) == "sglang"
     assert calls == [in_capture] and launches == []
 
 
@@ -187,7 +187,7 @@ def test_a_fault_in_the_fused_path_serves_sglangs_replay_and_switches_ours_off(m
         for bs in (2, 4, 4):
             fb = replay_batch(rng, multi, bs, bs)
             ref, got = sglang_replay(multi, fb), copy.deepcopy(multi)
-            assert fa3_replay.fused_out_graph_hook(SG.out_graph, got, copy.copy(fb)) is None
+            assert draft_step.fused_out_graph_hook(SG.out_graph, got, copy.copy(fb)) is None
             assert_same_state(ref, got, bs)  # SGLang's replay, whatever ours began to write
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "switched off for this process" in errors[0] and "triton compile failed" in errors[0]
@@ -204,11 +204,12 @@ def test_a_fault_in_the_expand_replacement_serves_sglangs_builder(monkeypatch, c
     with pytest.MonkeyPatch.context() as m, caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         # SGLang's replay with its expand builder wrapped as the AROUND hook wraps it
         m.setattr(fa3, "draft_decode_set_expand_metadata",
-                  lambda *a, **kw: fa3_metadata.expand_hook(SG.expand_eager, *a, **kw))
+                  lambda *a, **kw: draft_step.expand_hook(SG.expand_eager, *a, **kw))
         SG.out_graph(got, copy.copy(fb))
         SG.out_graph(copy.deepcopy(multi), copy.copy(fb))
     assert_same_state(ref, got, 3)
-    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fa3_metadata.switched_off()
+    assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1 and fault.SWITCH
+    assert not fa3_metadata.switched_off()  # the v2 switch, not v1's
 
 
 # ---------------------------------------------------------------- selection and registration
@@ -294,7 +295,7 @@ def test_warm_up_compiles_what_serving_launches(chosen, monkeypatch):
             if raw_bs != bs:
                 fb.seq_lens = fb.seq_lens.to(torch.int32)  # the graph runner's buffer when it pads
             if chosen is FA3Expand.FUSED:
-                fa3_replay.fused_out_graph_hook(SG.out_graph, multi, fb)
+                draft_step.fused_out_graph_hook(SG.out_graph, multi, fb)
             else:
                 SG.out_graph(multi, fb)
             fa3_metadata.expand_metadata_replacement(  # an eager draft step: every slot of the row

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, fa3_in_place, pools, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import draft_step, fa3_in_place, fault, pools, warm_up  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import duplicate_prefix_tail  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -29,8 +29,7 @@ PAGE, TOPK, STEPS, SEQ = 4, 3, 2, [5, 6, 7]
 
 @pytest.fixture
 def fresh(monkeypatch):
-    for switch in (duplicate._switched_off, fa3_in_place.SWITCH, fa3_metadata._switched_off):
-        monkeypatch.setattr(switch, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
 
 
 def _layout():
@@ -65,11 +64,11 @@ def _raise_key(*_a, **_k):  # a cache lookup of ours
 
 @pytest.mark.parametrize("module,attr,fn,kind", [
     (pools, "decline_reason", _raise, "RuntimeError"),              # building the verdict / buffer table
-    (duplicate, "duplicate_prefix_tail", _raise, "RuntimeError"),   # the launch (compile errors included)
-    (duplicate, "duplicate_prefix_tail", _half_then_fail, "RuntimeError"),
+    (draft_step, "duplicate_prefix_tail", _raise, "RuntimeError"),   # the launch (compile errors included)
+    (draft_step, "duplicate_prefix_tail", _half_then_fail, "RuntimeError"),
     # not only RuntimeError: whatever our path raises must stay out of SGLang's scheduler
     (pools, "decline_reason", _raise_value, "ValueError"),
-    (duplicate, "duplicate_prefix_tail", _raise_key, "KeyError"),
+    (draft_step, "duplicate_prefix_tail", _raise_key, "KeyError"),
 ], ids=["verdict", "launch", "partial-launch", "verdict-ValueError", "launch-KeyError"])
 def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, attr, fn, kind, fresh, monkeypatch,
                                                                       caplog):
@@ -81,7 +80,7 @@ def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, att
 
     monkeypatch.setattr(module, attr, broken)
     pool, rows, args, theirs = _layout()
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: backends.CopyDecision(True, "copy"))
+    hook = draft_step.duplication_hook(Mode.ON)  # no draft runner recorded for the pool: it copies
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert hook(SGLANG_FN, pool, rows, *args, TOPK, PAGE) is None
         got = support.snapshot(pool)
@@ -92,7 +91,7 @@ def test_a_failure_on_our_path_falls_back_to_sglang_and_switches_off(module, att
     assert len(calls) == 1
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "switched off" in errors[0].getMessage() and kind in errors[0].getMessage()
-    assert duplicate.switched_off()
+    assert fault.SWITCH
 
 
 def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh, monkeypatch, caplog):
@@ -109,15 +108,14 @@ def test_a_kernel_failing_at_warm_up_switches_our_path_off_before_serving(fresh,
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "warm-up" in errors[0].getMessage()
     # every v2 path of ours is off: FA3's metadata is SGLang's, and fa3 in place gives the copy back
-    assert duplicate.switched_off() and fa3_metadata.switched_off() and fa3_in_place.SWITCH
+    assert fault.SWITCH
     from sglang.srt.layers.attention import flashattention_backend as fa3b
 
     multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
     multi.attn_backends = [SimpleNamespace(**{fa3_in_place.MARK: True})]  # as the init hook marks a covered one
-    backends.record_reader(pool, SimpleNamespace(draft_attn_backend=multi))
-    assert backends.pool_decision(pool).copy and not backends.pool_decision(pool).in_place
+    assert not fa3_in_place.reads_in_place(multi)
     with support.observe() as (_probe, launches):
-        duplicate.make_hook(Mode.ON)(SGLANG_FN, pool, rows, *args, TOPK, PAGE)
+        draft_step.duplication_hook(Mode.ON)(SGLANG_FN, pool, rows, *args, TOPK, PAGE)
     assert "_duplicate_prefix_tail_kernel" not in launches and launches  # SGLang's own copy ran
     for a, b in zip(theirs, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))

@@ -12,11 +12,11 @@ support.require_sglang()
 import torch  # noqa: E402
 from sglang.srt.mem_cache import memory_pool as mp  # noqa: E402
 
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, pools  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step, pools  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
-OURS = duplicate.make_hook(Mode.ON)
+OURS = draft_step.duplication_hook(Mode.ON)
 
 
 def _calls_original(pool):
@@ -143,13 +143,18 @@ def _declined_pools():
 
 @pytest.mark.parametrize("pool", _declined_pools(), ids=lambda p: type(p).__name__ + ("-hnd" if getattr(p, "use_hnd", 0) else ""))
 def test_a_skip_decision_never_bypasses_the_pool_check(pool, monkeypatch, caplog):
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.attention import flashinfer_backend as fib
+
     monkeypatch.setattr(pools, "_logged", set())
-    never = backends.CopyDecision(False, "this reader never reads a copied slot")
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: never)
+    never = object.__new__(fib.FlashInferMultiStepDraftBackend)  # a reader that never reads a copied slot
+    hook = draft_step.duplication_hook(Mode.ON)
     page, topk, steps, seq = 4, 3, 2, [5, 6]
     rows = torch.arange(1, 1 + 2 * 64, dtype=torch.int32).view(2, 64)
     got = []
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        draft_plan.record(pool, SimpleNamespace(draft_attn_backend=never))  # the warm-up
         for _ in range(2):
             hook(lambda *a: got.append(a), pool, rows, *support.draft_args(seq, page, steps), topk, page)
     assert len(got) == 2 and all(a[0] is pool for a in got)  # SGLang's function, every call
@@ -158,16 +163,26 @@ def test_a_skip_decision_never_bypasses_the_pool_check(pool, monkeypatch, caplog
     assert type(pool).__name__ in lines[0] and "SGLang's own" in lines[0]
 
 
-@pytest.mark.parametrize("copy,says", [(False, "copy skipped"), (True, pools.OURS)])
-def test_the_plain_pool_logs_its_path_once(copy, says, monkeypatch, caplog):
+@pytest.mark.parametrize("reader,says", [("flashinfer_backend.FlashInferMultiStepDraftBackend", "copy skipped"),
+                                         ("flashattention_backend.FlashAttentionMultiStepBackend", pools.OURS)])
+def test_the_plain_pool_logs_its_path_once(reader, says, monkeypatch, caplog):
+    import pkgutil
+    from types import SimpleNamespace
+
+    from sglang_eagle_paged.adapters.v2 import backends
+
     monkeypatch.setattr(pools, "_logged", set())
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda *_: backends.CopyDecision(copy, "the reader's reason"))
+    cls = pkgutil.resolve_name("sglang.srt.layers.attention." + reader)
+    backend = object.__new__(cls)
     pool, rows = support.layout_rows([5], 4, 3, 2, seed=1)
+    hook = draft_step.duplication_hook(Mode.ON)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        draft_plan.record(pool, SimpleNamespace(draft_attn_backend=backend))  # the warm-up
         for _ in range(2):
             hook(None, pool, rows, *support.draft_args([5], 4, 2), 3, 4)
     lines = [r.getMessage() for r in caplog.records if "v2 draft copy on" in r.getMessage()]
-    assert len(lines) == 1 and says in lines[0] and "the reader's reason" in lines[0], lines
+    reason = backends.copy_needed(backend).reason
+    assert len(lines) == 1 and says in lines[0] and reason in lines[0], lines
 
 
 # --------------------------------------------------------------- the verdict follows the buffer table
@@ -179,16 +194,16 @@ def test_the_verdict_is_derived_again_when_the_buffer_table_is():
     buffer table is re-built (``kv_copy`` sees the death through its weak references). Here the
     same state, made in place: the buffer's storage view swapped (``set_``, same object), and the
     table's death flag set as the dead buffer's weak reference would have set it."""
-    from sglang_eagle_paged.adapters.common import kv_copy
-
     pool = support.make_pool(4, 256)
     k0 = pool.k_buffer[0]
     shape, stride = k0.shape, k0.stride()
     k0.set_(k0.untyped_storage(), 0, (shape[0], shape[2], shape[1]), (stride[0], stride[2], stride[1]))
     assert not k0.is_contiguous()
-    assert pools.copy_table(pool) is None  # declined: a non-contiguous buffer
+    plan = draft_plan.current(pool)
+    assert plan.copy == draft_plan.SGLANGS  # declined: a non-contiguous buffer
+    assert draft_plan.current(pool) is plan  # nothing SGLang holds changed: kept
     k0.set_(k0.untyped_storage(), 0, shape, stride)  # contiguous again, every id unchanged
-    getattr(pool, kv_copy._TABLE_ATTR).alive[0] = False
+    plan.buffers.alive[0] = False
     assert pools.decline_reason(pool) is None
-    table = pools.copy_table(pool)
-    assert table is not None and table.keys[0][0] == k0.data_ptr()
+    plan = draft_plan.current(pool)
+    assert plan.copy == draft_plan.OURS and plan.table.keys[0][0] == k0.data_ptr()

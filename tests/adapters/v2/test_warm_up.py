@@ -10,7 +10,7 @@ from types import SimpleNamespace  # noqa: E402
 import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import backends, duplicate, warm_up  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step, fault, warm_up  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import _duplicate_prefix_tail_kernel  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -33,7 +33,7 @@ def test_no_new_specialisation_after_warm_up():
     assert len(warm) == 1
     for a, b in zip(start, support.snapshot(pool)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # the warm-up copied nothing
-    hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: backends.CopyDecision(True, "test"))
+    hook = draft_step.duplication_hook(Mode.ON)  # the runner has no draft decode backend: it copies
     with capture_specializations(_duplicate_prefix_tail_kernel) as serving:
         for (_, rows), seq in zip(layouts, batches):
             rows = rows.clamp_max(pool.size)
@@ -49,8 +49,7 @@ def test_slot_dtype_of_the_rows_is_warmed():
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm64:
         warm_up.warm_up_worker(worker)
     with capture_specializations(_duplicate_prefix_tail_kernel) as serve32:
-        hook = duplicate.make_hook(Mode.ON, copy_decision=lambda _pool: backends.CopyDecision(True, "test"))
-        hook(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
+        draft_step.duplication_hook(Mode.ON)(None, pool, rows, *support.draft_args([5], 8, 2), 3, 8)
     assert warm64 and serve32 and set(warm64) != set(serve32)  # the key does see the slot dtype
 
 
@@ -81,14 +80,14 @@ def test_nothing_compiles_where_the_reader_never_reads_the_copy():
                         "FlashAttentionMultiStepBackend": 1}
 
 
-def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypatch):
-    """In place, nothing is copied, but a fault there brings the copy back while serving: its
-    variant is compiled at start-up all the same."""
+def test_fa3_in_place_compiles_nothing(monkeypatch):
+    """In place, nothing is copied; after a fault SGLang's own function copies (one switch for
+    every v2 path), so our kernel has nothing to compile."""
     from sglang.srt.layers.attention import flashattention_backend as fa3b
 
     from sglang_eagle_paged.adapters.v2 import fa3_in_place
 
-    monkeypatch.setattr(fa3_in_place.SWITCH, "reason", None)
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
     pool, rows = support.layout_rows([5], 8, 3, 2, seed=7)
     multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
     multi.attn_backends = [SimpleNamespace(**{fa3_in_place.MARK: True})]  # as the init hook marks a covered one
@@ -96,4 +95,5 @@ def test_fa3_in_place_is_warmed_for_the_copy_its_fault_rule_brings_back(monkeypa
         token_to_kv_pool=pool, req_to_token_pool=SimpleNamespace(req_to_token=rows), draft_attn_backend=multi))
     with capture_specializations(_duplicate_prefix_tail_kernel) as warm:
         warm_up.after_hook(None, worker)
-    assert backends.pool_decision(pool) == (False, fa3_in_place.REASON, True) and len(warm) == 1
+    plan = draft_plan.current(pool)
+    assert (plan.copy, plan.reason, plan.in_place) == (draft_plan.SKIP, fa3_in_place.REASON, True) and warm == []
