@@ -45,11 +45,17 @@ def _ab(run: str, sub: str, pair: str) -> str:
 
 _R23, _R24, _R25 = "2026-12-02-h200-run23", "2026-12-03-h200-run24", "2026-12-03-h200-run25"
 _R26, _R27, _R28 = "2026-12-03-h200-run26", "2026-12-03-h200-run27", "2026-12-03-h200-run28"
-_R29 = "2026-12-04-h200-run29"
+_R29, _R30, _R31 = "2026-12-04-h200-run29", "2026-12-04-h200-run30", "2026-12-04-h200-run31"
 _OURS = "on_p64__off_p64"
 _PAGES = "on_p1__on_p64"
 _FUSED = "fa3, fused metadata"  # SGLANG_EAGLE_PAGED_FA3_EXPAND=fused: v2's default from run 29 on
 _IN_PLACE = "fa3 in place / fused copy"
+_DENSE = "dense draft layout / per-branch layout"
+_FIXED_POOL = "triton, fixed pool"  # AB_KV=99968: the per-branch reserve cannot hold 64 requests there
+# Names of one configuration: ``_fx`` named the fused metadata while it was opt-in (run 29); from
+# run 30 on it is v2's default and ``on_pN`` runs it. Applied only within a figure's own recordings,
+# so run 22's ``on_p64`` (before the fused metadata) never pools with run 29's ``on_p64_fx``.
+SAME_CONFIGURATION = {"on_p64_fx": "on_p64", "on_p128_fx": "on_p128"}
 
 FIGURES = (
     Figure("ours / SGLang's own", SMOLLM2, "fa3", "0.5.17", "64", 16, "23-28",
@@ -81,17 +87,27 @@ FIGURES = (
     Figure("page N / page 1", TESTBED, "fa3", "0.5.17", "128 / 1", 64, "22",
            (_ab("2026-12-02-h200-run22", "ab-pages", "on_p1__on_p128"),), ("on_p1", "on_p128", 128, 64, 64), False),
     Figure("ours / SGLang's own", TESTBED, _FUSED, "0.5.17", "64", 64, "29",
-           (_ab(_R29, "ab-pp", "off_p64__on_p64_fx"),), ("off_p64", "on_p64_fx", 128, 64, 64), False),
-    Figure("page N / page 1", TESTBED, _FUSED, "0.5.17", "64 / 1", 64, "29",
-           (_ab(_R29, "ab-pp", "on_p1__on_p64_fx"),), ("on_p1", "on_p64_fx", 128, 64, 64), False),
+           (_ab(_R29, "ab-pp", "off_p64__on_p64_fx"),), ("off_p64", "on_p64", 128, 64, 64), False),
+    Figure("page N / page 1", TESTBED, _FUSED, "0.5.17", "64 / 1", 64, "29-31",
+           (_ab(_R29, "ab-pp", "on_p1__on_p64_fx"), _ab(_R30, "ab-pp2", _PAGES), _ab(_R31, "ab-pp3", _PAGES)),
+           ("on_p1", "on_p64", 128, 64, 64), False),
+    Figure("page N / page 1", TESTBED, _FUSED, "0.5.17", "128 / 1", 64, "31",
+           (_ab(_R31, "ab-pp4", "on_p1__on_p128"),), ("on_p1", "on_p128", 128, 64, 64), False),
     *(Figure(_IN_PLACE, TESTBED, _FUSED, "0.5.17", "64", n, "29",
              tuple(_ab(_R29, s, "on_p64_fx__on_p64_ip") for s in ("ab-ip-call5", "ab-ip-call7")),
-             ("on_p64_fx", "on_p64_ip", 128, n, n), False) for n in (64, 128)),
+             ("on_p64", "on_p64_ip", 128, n, n), False) for n in (64, 128)),
+    Figure(_DENSE, TESTBED, _FIXED_POOL + " / SGLang's own", "0.5.17", "64", 64, "31",
+           (_ab(_R31, "ab-dense", "triton_off_p64__triton_dense_p64"),),
+           ("triton_off_p64", "triton_dense_p64", 128, 64, 64), False),
+    Figure(_DENSE, TESTBED, _FIXED_POOL + " / ours", "0.5.17", "64", 64, "31",
+           (_ab(_R31, "ab-dense", "triton_on_p64__triton_dense_p64"),),
+           ("triton_on_p64", "triton_dense_p64", 128, 64, 64), False),
 )
 # Each question of the tables and the plot, with what B above A means in its words.
 QUESTIONS = (("ours / SGLang's own", ("ours faster", "ours slower")),
              ("page N / page 1", ("page N faster", "page N slower")),
-             (_IN_PLACE, ("in place faster", "in place slower")))
+             (_IN_PLACE, ("in place faster", "in place slower")),
+             (_DENSE, ("dense faster", "dense slower")))
 
 
 def _oriented(s: dict, invert: bool) -> dict:
@@ -105,8 +121,11 @@ def _oriented(s: dict, invert: bool) -> dict:
 def row(fig: Figure) -> dict:
     """The figure's pooled ratio, interval, verdict and heterogeneity, from its recordings."""
     paths = [RESULTS / p for p in fig.recordings]
-    pooled = {(r["A"], r["B"], r["tokens"], r["parallel"], r["in_flight"]): r
-              for r in ab_pool.pool(ab_pool.pair_rounds(paths))}
+    groups = {}
+    for (a, b, *rest), recs in ab_pool.pair_rounds(paths).items():
+        name = (SAME_CONFIGURATION.get(a, a), SAME_CONFIGURATION.get(b, b), *rest)
+        groups.setdefault(name, []).extend(recs)
+    pooled = {(r["A"], r["B"], r["tokens"], r["parallel"], r["in_flight"]): r for r in ab_pool.pool(groups)}
     s = _oriented(pooled[fig.key]["pooled"], fig.invert)
     return {**s, "text": text(s)}
 

@@ -1,6 +1,7 @@
 """Every figure the README and docs/performance.md state, derived from the committed recordings in
 bench/results/ by the statistics module (through bench/figures.py), and found there as derived."""
 
+import json
 import re
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def test_every_readme_end_to_end_figure_is_derived_from_its_records(rows):
     page = lambda m, p, i: rows[(m, "page N / page 1", p, i)]  # noqa: E731
     fused = lambda i: rows[(testbed, "ours / SGLang's own", "64", i, figures._FUSED)]  # noqa: E731
     fused_pages = rows[(testbed, "page N / page 1", "64 / 1", 64, figures._FUSED)]
+    fused_p128 = rows[(testbed, "page N / page 1", "128 / 1", 64, figures._FUSED)]
     in_place = rows[(testbed, figures._IN_PLACE, "64", 64, figures._FUSED)]
     assert fused_pages["verdict"].startswith("not resolved") and in_place["verdict"].startswith("not resolved")
     expected = {
@@ -51,7 +53,9 @@ def test_every_readme_end_to_end_figure_is_derived_from_its_records(rows):
         f"Page 64 serves {page(testbed, '64 / 1', 64)['text']}": page(testbed, "64 / 1", 64),
         f"page 128 {page(testbed, '128 / 1', 64)['text']} of page 1": page(testbed, "128 / 1", 64),
         f"ours serves **{fused(64)['text']} SGLang's own throughput** (14 rounds on one server pair)": fused(64),
-        f"page 64 against page 1 is {fused_pages['text']} (14 rounds on one server pair), not resolved": fused_pages,
+        f"page 64 against page 1 is {fused_pages['text']} (52 rounds on 3 server pairs, runs 29-31), not resolved":
+            fused_pages,
+        f"and page 128 {fused_p128['text']} (12 rounds on one server pair, run 31)": fused_p128,
         f"measured {in_place['text']} of the default over its 2 server pairs (36 rounds;": in_place,
     }
     flat = " ".join(text.split())
@@ -117,3 +121,16 @@ def test_speculation_against_none_on_the_135m_target_is_run_21s_single_passes():
     rec = load_recording(path)
     eagle, none = (round(rec[k]["summary"]["output_throughput"]) for k in ("on_p1", "nospec_p1"))
     assert f"({eagle:,} tok/s with EAGLE against {none:,} without)" in " ".join(README.split())
+
+
+def test_the_dense_layout_figure_in_the_readme_is_derived_from_its_records(rows):
+    """The opt-in dense layout's fixed-pool figure (README: Page size and KV memory), and that its pair
+    was KV-bound on SGLang's side only: the figure is about retractions, and says so."""
+    dense = rows[(figures.TESTBED, figures._DENSE, "64", 64, figures._FIXED_POOL + " / SGLang's own")]
+    flat = " ".join(README.split())
+    assert f"it served **{dense['text']} SGLang's own throughput** with 0 retractions against SGLang's 246" in flat
+    assert dense["rounds"] == 8 and dense["pairs"] == 1
+    (fig,) = [f for f in figures.FIGURES if f.question == figures._DENSE and f.key[0] == "triton_off_p64"]
+    (pair,) = json.loads((figures.RESULTS / fig.recordings[0]).read_text())["pairs"].values()
+    summary = pair["summary"]["64"]
+    assert (summary["retractions_A"], summary["retractions_B"]) == (246, 0)
