@@ -51,6 +51,23 @@ def test_a_running_cap_the_pool_cannot_reserve_for_is_a_warning(caplog):
     assert "--max-running-requests 48 needs 196,608" in kv_reserve_note.note(unset)
 
 
+def test_with_the_dense_layout_serving_the_line_says_page_1s_reserve(caplog, monkeypatch):
+    """The pool a dense-layout server holds the reserve for (the figure `kv-size` prints in its dense
+    columns): the plan is ours, so setting it here fakes nothing of SGLang's."""
+    from sglang_eagle_paged.adapters.v2 import dense_draft
+
+    monkeypatch.setattr(dense_draft.PLAN, "active", True)
+    w = _worker(page=64, size=99968, max_running=64)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        line = kv_reserve_note.note(w)
+    assert "keeps 128 KV slots free per running request" in line and "(page 64, topk 8" in line
+    assert "this pool's 99,968 slots hold that for 781 requests" in line
+    assert [r.levelname for r in caplog.records] == ["INFO"]  # 64 x 128 fits: no warning
+    monkeypatch.setattr(dense_draft.PLAN, "active", False)
+    per_branch = kv_reserve_note.note(_worker(page=64, size=99968, max_running=64))
+    assert "keeps 2,048 KV slots" in per_branch and per_branch.endswith("needs 131,072 for the reserves alone")
+
+
 def test_nothing_for_a_chain_page_1_or_a_worker_it_cannot_read(caplog):
     assert kv_reserve_note.note(_worker(topk=1)) is None
     assert kv_reserve_note.note(_worker(page=1)) is None
