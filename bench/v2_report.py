@@ -26,7 +26,7 @@ OUTPUT_PAIRS = [("on_p64", "off_p64"), ("on_p128", "off_p128"), ("on_p64_nooverl
                 ("on_p64_ip", "off_p64"), ("on_p128_ip", "off_p128"), ("on_p64_ip", "on_p64"),
                 # the dense draft layout (opt-in): the draft reads page 1's keys, so page 1's outputs
                 ("triton_dense_p64", "triton_on_p1"), ("triton_dense_p128", "triton_on_p1"),
-                ("triton_dense_p64", "triton_off_p64"),
+                ("triton_dense_p64", "triton_off_p64"), ("triton_dense_p128", "triton_dense_p64"),
                 # SGLang's own triton at page 64 against page 1: what a page change alone does to outputs
                 ("triton_off_p64", "triton_on_p1"),
                 # pages against page 1 and against no speculation: divergences expected only at near-ties
