@@ -97,7 +97,9 @@ def prepare_for_draft(case, monkeypatch):
         return original(tgt, src)
 
     monkeypatch.setattr(case.pool, "move_kv_cache", recording_move)
-    # ForwardBatch.init_new needs a whole model runner; the paged branch runs before it.
+    # ForwardBatch.init_new needs a whole model runner; the paged branch runs before it. That it borrows
+    # out_cache_loc (so a rewrite in place reaches the draft forward) is read from the installed source:
+    # test_dense_hooks.py::test_the_forward_batch_borrows_out_cache_loc_so_the_dense_rewrite_reaches_it.
     monkeypatch.setattr(ewc, "ForwardBatch", SimpleNamespace(init_new=lambda batch, runner, **kw: batch))
     batch = SimpleNamespace(
         forward_mode=SimpleNamespace(is_idle=lambda: False),

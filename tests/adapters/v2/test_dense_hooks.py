@@ -5,7 +5,10 @@ fault rule of the slot gather. The readers' and the rounds' proofs are test_dens
 test_dense_rounds.py; here, that the hooks put them where SGLang calls them. Runs on 0.5.23 and
 0.5.17 (whose sizing reads the server arguments it is given instead of a runtime context)."""
 
+import ast
+import inspect
 import logging
+import textwrap
 from types import SimpleNamespace
 
 import pytest
@@ -179,3 +182,36 @@ def test_sglangs_draft_backends_read_page_1s_keys_through_the_installed_hook(rea
     for step, lists in enumerate(seen):
         for got, want in zip(lists, page_1_reads(case, step), strict=True):
             assert torch.equal(got, want)
+
+
+# ------------------------------------------------- the forward batch sees the rewrite (installed release)
+
+
+def _source_tree(fn) -> ast.AST:
+    return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+
+
+def _assigned_attrs(tree: ast.AST) -> set:
+    return {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Attribute)}
+
+
+def test_the_forward_batch_borrows_out_cache_loc_so_the_dense_rewrite_reaches_it():
+    """The dense hook rewrites ``batch.out_cache_loc`` in place after SGLang's ``prepare_for_draft``
+    returns its forward batch. That reaches the draft forward only because this release's
+    ``ForwardBatch.init_new`` takes the batch's tensor itself (no copy, no reassignment inside it),
+    and ``prepare_for_draft`` does not replace it after. ``init_new`` needs a whole model runner, which
+    the CPU tests do not build (helpers/draft_tree.py stands it in), so the claim is read here from the
+    installed release's own source."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    init_new = _source_tree(ForwardBatch.init_new)
+    given = [ast.unparse(k.value) for n in ast.walk(init_new) if isinstance(n, ast.Call)
+             for k in n.keywords if k.arg == "out_cache_loc"]
+    assert given == ["batch.out_cache_loc"]
+    assert "out_cache_loc" not in _assigned_attrs(init_new)
+    prepare = _source_tree(ewc.prepare_for_draft)
+    replaced = [ast.unparse(n) for n in ast.walk(prepare) if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Attribute) and t.attr == "out_cache_loc"
+                and ast.unparse(t.value) != "batch"]
+    assert replaced == []
