@@ -71,13 +71,7 @@ def derive(pool, runner) -> DraftPlan:
     return DraftPlan(runner, backend, buffers, layout, copy, reason, decision.in_place and copy == SKIP)
 
 
-def record(pool, runner) -> DraftPlan:
-    """``pool``'s plan for ``runner``, kept on the pool (warm-up: a worker whose hooked method runs
-    twice keeps the plan it has)."""
-    plan = getattr(pool, _ATTR, None)
-    if plan is not None and plan.runner is runner and plan.holds(pool):
-        return plan
-    plan = derive(pool, runner)
+def _keep(pool, plan: DraftPlan) -> DraftPlan:
     try:
         setattr(pool, _ATTR, plan)
     except AttributeError:  # a pool class with __slots__: derived every step
@@ -85,9 +79,18 @@ def record(pool, runner) -> DraftPlan:
     return plan
 
 
+def record(pool, runner) -> DraftPlan:
+    """``pool``'s plan for ``runner``, kept on the pool (warm-up: a worker whose hooked method runs
+    twice keeps the plan it has)."""
+    plan = getattr(pool, _ATTR, None)
+    if plan is not None and plan.runner is runner and plan.holds(pool):
+        return plan
+    return _keep(pool, derive(pool, runner))
+
+
 def current(pool) -> DraftPlan:
     """``pool``'s plan, derived again only where SGLang replaced the backend or the buffers."""
     plan = getattr(pool, _ATTR, None)
     if plan is not None and plan.holds(pool):
         return plan
-    return record(pool, plan.runner if plan is not None else None)
+    return _keep(pool, derive(pool, plan.runner if plan is not None else None))

@@ -84,11 +84,8 @@ def log_path(pool, path: str, why: str) -> None:
 
 def copy_table(pool):
     """The buffer table our kernel copies ``pool`` with, or None where SGLang's own function must
-    run (derived on each call: the doctor's self-test, benchmarks; serving reads the draft plan's)."""
-    if decline_reason(pool) is not None:
-        return None
-    watch = kv_copy.watch_buffers(pool)
-    return watch.table if watch is not None else None
+    run (the doctor's self-test, benchmarks; serving reads the draft plan's)."""
+    return None if decline_reason(pool) is not None else kv_copy.pool_table(pool)
 
 
 def describe(pool) -> str:
