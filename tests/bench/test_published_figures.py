@@ -13,6 +13,7 @@ from sglang_eagle_paged.bench import ab_pool, server_log, stats
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 PERF = (ROOT / "docs" / "performance.md").read_text()
+CONFIGURATION = (ROOT / "docs" / "configuration.md").read_text()  # the README's KV-memory details
 
 
 def _performance_section(text: str) -> str:
@@ -91,10 +92,10 @@ def test_the_retraction_example_is_its_one_recorded_round():
     ((_, ratios),) = ab_pool.pair_rounds([path])[("on_p1", "on_p128", 128, 64, 64)]
     s = stats.ratio_interval(ratios)
     assert s["rounds"] == 1 and s["high"] is None and f"{s['ratio']:.2f}x" == "0.37x"
-    assert "0.37x of page 1's throughput in the same pool: run 21, one round" in " ".join(README.split())
+    assert "0.37x of page 1's throughput in the same pool: run 21, one round" in " ".join(CONFIGURATION.split())
     log = path.parent / "logs" / "pair0_B_on_p128.log"  # the page-128 server's retractions, its whole log
     retracted = server_log.retractions(log.read_text(errors="replace"))["retract"]
-    assert f"a page-128 server that retracted {retracted} times" in " ".join(README.split())
+    assert f"a page-128 server that retracted {retracted} times" in " ".join(CONFIGURATION.split())
 
 
 def test_level_is_said_only_where_equivalence_is_shown(rows):
