@@ -26,7 +26,7 @@ from pathlib import Path
 from sglang_eagle_paged.bench import ab_pool, stats
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SMOLLM2 = "SmolLM2-135M + the package's head"
+SMOLLM2 = "SmolLM2-135M + run 21's head"  # every SmolLM2 A/B ran it; the package's head is run 28's since
 TESTBED = "testbed 16M pair"
 LARGE = "8B-shaped, random weights"
 
@@ -129,7 +129,7 @@ EXCLUDED = (
     Exclusion("runs 9-18, every A/B", tuple(f"2026-11-30-h200-run{n}" for n in range(9, 14))
               + tuple(f"2026-12-01-h200-run{n}" for n in range(14, 19)),
               "the v1 worker (SGLang 0.5.12.post1); these figures are the v2 worker's (0.5.17). Their A/Bs are "
-              "history in docs/gpu_runs.md, computed with every round as one sample"),
+              "history in docs/gpu_runs.md, whose pooled figures took every round as one sample"),
     Exclusion("run 19 `ab_testbed/`", (f"{_R19}/ab_testbed",),
               "SGLang 0.5.17 reset `--max-running-requests` to 48 for speculative decoding: at most 48 requests in "
               "flight, not the 64 and 128 asked"),
