@@ -123,6 +123,11 @@ FIGURES = (
            (_ab(_R31, "ab-dense", "triton_on_p64__triton_dense_p64"),),
            ("triton_on_p64", "triton_dense_p64", 128, 64, 64), False),
 )
+def _left_out(run: str, sub: str, reason: str) -> Exclusion:
+    """One folder of a run left out: ``run 20 `ab/``` in the table."""
+    return Exclusion(f"run {run.rsplit('run', 1)[1]} `{sub}/`", (f"{run}/{sub}",), reason)
+
+
 # Every recording with rounds that no figure pools, and why: the runs' READMEs say the same in a line
 # that starts with NOT_POOLED (the test reads both, and fails on a recording in neither).
 EXCLUDED = (
@@ -130,23 +135,17 @@ EXCLUDED = (
               + tuple(f"2026-12-01-h200-run{n}" for n in range(14, 19)),
               "the v1 worker (SGLang 0.5.12.post1); these figures are the v2 worker's (0.5.17). Their A/Bs are "
               "history in docs/gpu_runs.md, whose pooled figures took every round as one sample"),
-    Exclusion("run 19 `ab_testbed/`", (f"{_R19}/ab_testbed",),
-              "SGLang 0.5.17 reset `--max-running-requests` to 48 for speculative decoding: at most 48 requests in "
-              "flight, not the 64 and 128 asked"),
-    Exclusion("run 19 `ab_large8b/`", (f"{_R19}/ab_large8b",),
-              "the two KV pools differed (ours 91,392 slots, SGLang's 131,072): ours retracted 344 times, "
-              "SGLang's never"),
-    Exclusion("run 20 `ab/`", (f"{_R20}/ab",),
-              "KV-bound: pools of 131,072 slots did not hold page 64's reserve for 64 or 128 requests, both "
-              "sides retracted about 1,250 times"),
-    Exclusion("run 20 `ab-pages/`", (f"{_R20}/ab-pages",),
-              "KV-bound: page 64's server retracted 285 times, page 1's never"),
-    Exclusion("run 20 `ab-fake/`", (f"{_R20}/ab-fake",),
-              "`fake` (no copy, wrong drafts) against ours: a control no figure asks about; KV-bound too "
-              "(149 and 181 retractions)"),
-    Exclusion("run 21 `ab-pages128/`", (f"{_R21}/ab-pages128",),
-              "one round of eight, page 128's server retracting 486 times: the retraction example of "
-              "docs/configuration.md"),
+    _left_out(_R19, "ab_testbed", "SGLang 0.5.17 reset `--max-running-requests` to 48 for speculative decoding: "
+                                  "at most 48 requests in flight, not the 64 and 128 asked"),
+    _left_out(_R19, "ab_large8b", "the two KV pools differed (ours 91,392 slots, SGLang's 131,072): ours retracted "
+                                  "344 times, SGLang's never"),
+    _left_out(_R20, "ab", "KV-bound: pools of 131,072 slots did not hold page 64's reserve for 64 or 128 requests, "
+                          "both sides retracted about 1,250 times"),
+    _left_out(_R20, "ab-pages", "KV-bound: page 64's server retracted 285 times, page 1's never"),
+    _left_out(_R20, "ab-fake", "`fake` (no copy, wrong drafts) against ours: a control no figure asks about; "
+                               "KV-bound too (149 and 181 retractions)"),
+    _left_out(_R21, "ab-pages128", "one round of eight, page 128's server retracting 486 times: the retraction "
+                                   "example of docs/configuration.md"),
 )
 # Each question of the tables and the plot, with what B above A means in its words.
 QUESTIONS = (("ours / SGLang's own", ("ours faster", "ours slower")),
