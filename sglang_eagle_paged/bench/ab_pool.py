@@ -7,8 +7,8 @@ by +-15%, so one call cannot resolve a few percent. Here the per-round ratios of
 of a pair (same A and B configuration names, output tokens, parallelism and requests in flight)
 are pooled. Each recording is one pair of servers, and pairs differ beyond their rounds' noise
 (another start-up, machine or build), so the rounds are not pooled as if independent: each
-recording gives its mean, and the means are pooled with random effects (:func:`.stats.pooled`),
-with the heterogeneity between the recordings printed (Cochran's Q on its degrees of freedom,
+recording gives its mean, and the means are pooled with random effects (:func:`.stats.pooled`:
+DerSimonian-Laird, the modified Hartung-Knapp interval), with the heterogeneity between the recordings printed (Cochran's Q on its degrees of freedom,
 its p-value, tau^2). A verdict says "level" only where the whole interval lies within +-3%.
 
 :class:`UntilResolved` is the same pooling while a pair is measured: ``bench.ab --until-pct P --prior
@@ -39,7 +39,7 @@ def pair_rounds(paths: list) -> dict:
     for path in paths:
         rec = json.loads(Path(path).read_text())
         for pair in rec["pairs"].values():
-            for parallel, summary in pair["summary"].items():
+            for parallel, summary in (pair.get("summary") or {}).items():  # none: cut before its first round
                 if summary.get("ratios"):
                     key = pair_key(pair["A"]["name"], pair["B"]["name"], rec.get("max_new_tokens"), int(parallel),
                                    rec.get("num_questions"))

@@ -133,3 +133,16 @@ def test_rounds_to_resolve_is_the_plan_for_one_pair():
     assert half(n) <= math.log(1.03) < half(n - 1) and 60 < n < 120
     rows = mod.pool({("a", "b", 128, 64, 64): [("x", ratios)]})
     assert rows[0]["rounds_for_3pct"] == n and f"| {n} |" in mod.markdown(rows)
+
+
+def test_a_pair_cut_before_its_first_round_has_no_key(tmp_path):
+    """bench.ab writes a pair the time limit cut during its start-up without a summary (run 30's
+    off_p64__on_p64): no rounds, so nothing to pool and nothing to account for, not an error."""
+    rec = {"rounds": 14, "interrupted": True, "pairs": {"off_p64:on_p64#0": {"A": {"name": "off_p64"},
+                                                                               "B": {"name": "on_p64"}}}}
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps(rec))
+    assert mod.pair_rounds([path]) == {}
+    committed = RESULTS / "2026-12-04-h200-run30/ab-pp2/off_p64__on_p64/ab.json"
+    if committed.exists():
+        assert mod.pair_rounds([committed]) == {}

@@ -96,3 +96,29 @@ def test_rounds_to_resolve_uses_the_exact_quantile():
     sd = statistics.stdev(math.log(r) for r in ratios)
     assert stats.t_two_sided(n - 1) * sd / math.sqrt(n) <= math.log(1.03) < stats.t_two_sided(n - 2) * sd / math.sqrt(n - 1)
     assert stats.rounds_to_resolve([1.0, 1.1]) is None
+
+
+def test_the_hartung_knapp_variance_is_floored_at_dersimonian_lairds():
+    """Pairs whose means agree more closely than their rounds predict (Q below its degrees of freedom):
+    plain Hartung-Knapp's variance falls below DerSimonian-Laird's 1 / sum(w), and the interval is the
+    floored one (the modified Hartung-Knapp), never narrower than the rounds allow."""
+    groups = [[0.80, 1.00, 1.20, 0.90, 1.10], [0.81, 1.01, 1.19, 0.91, 1.09], [0.79, 0.99, 1.21, 0.89, 1.11]]
+    y, v = [], []
+    for g in groups:
+        logs = [math.log(x) for x in g]
+        y.append(statistics.fmean(logs))
+        v.append(statistics.variance(logs) / len(logs))
+    w = [1 / x for x in v]  # tau^2 is 0 here: Q is far below 2
+    mu = sum(a * b for a, b in zip(w, y)) / sum(w)
+    hk, dl = sum(a * (b - mu) ** 2 for a, b in zip(w, y)) / (2 * sum(w)), 1 / sum(w)
+    assert hk < dl / 100
+    s = stats.pooled(groups)
+    assert s["tau2"] == 0 and s["q"] < 0.1 and s["floored"] is True
+    t2 = stats.t_two_sided(2)
+    assert s["low"] == pytest.approx(math.exp(mu - t2 * math.sqrt(dl)), abs=1e-4)
+    assert s["high"] == pytest.approx(math.exp(mu + t2 * math.sqrt(dl)), abs=1e-4)
+    assert s["low"] < math.exp(mu - 5 * t2 * math.sqrt(hk))  # plain HK's would be far narrower
+    assert "modified Hartung-Knapp" in s["method"]
+    # pairs that scatter beyond their rounds: Hartung-Knapp's own variance, no floor
+    apart = stats.pooled([[0.80, 0.82, 0.81, 0.79], [0.91, 0.90, 0.92, 0.90], [1.00, 1.01, 0.99, 1.02]])
+    assert apart["floored"] is False
