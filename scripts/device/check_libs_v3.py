@@ -94,8 +94,12 @@ def check_triton():
     u, v = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.empty_like(u)
     _axpy[(triton.cdiv(n, 1024),)](u, v, out, n, 2.5, BLOCK=1024)
-    assert torch.allclose(out, 2.5 * u + v), "the Triton kernel's output differs from torch's"
-    return f"triton {triton.__version__}: a kernel compiled and ran, output matches"
+    # Triton may contract alpha * x + y into one FMA (one rounding) where torch rounds twice, so
+    # the two differ by an ulp of the operands, not of the result (which cancellation can make tiny):
+    # the bound is relative to the operands' size.
+    err = ((out - (2.5 * u + v)).abs() / (2.5 * u.abs() + v.abs() + 1e-30)).max().item()
+    assert err < 1e-6, f"the Triton kernel's output differs from torch's (max error {err:.1e} of the operands)"
+    return f"triton {triton.__version__}: a kernel compiled and ran, max error {err:.1e} of the operands"
 
 
 class Waiting(Exception):

@@ -30,6 +30,9 @@ set -euo pipefail
 # openai, xgrammar, compressed-tensors, sentencepiece, soundfile); triton 3.8.0 (torch 2.14.1 asks
 # ~=3.8.0, the only 3.8 release); torchvision 0.29.1 (built for torch 2.14: the machine's 0.26.0 is
 # built for 2.11 and its operators would not load against 2.14); NCCL as torch 2.14.1 pins it.
+# sgl-flash-mla (module flash_mla) and nvidia-cutlass-dsl[cu13] (module cutlass) are 0.5.23's own pins that a
+# Llama EAGLE server imports while it starts (the draft worker's graph check imports FlashMLABackend; every
+# Llama MLP builds a DualGemm, which imports the CuTe DSL): without either no server starts (run 32).
 # tokenizers stays the machine's (0.23.2, 0.5.23's pin); the HTTP server's packages as the 0.5.17
 # bundle carried them (served on the H200): the rows of bundle_server_pkgs.txt, shared with it.
 PKGS=$(cat <<'EOF'
@@ -47,6 +50,11 @@ xgrammar 0.2.7 always
 openai 2.8.0 always
 compressed-tensors 0.18.0 always
 sentencepiece 0.2.1 always
+sgl-flash-mla 1.0.0 always
+nvidia-cutlass-dsl 4.8.0 always
+nvidia-cutlass-dsl-libs-base 4.8.0 always
+nvidia-cutlass-dsl-libs-core 4.8.0 always
+nvidia-cutlass-dsl-libs-cu13 4.8.0 always
 EOF
 )$'\n'$(cat "$(dirname "${BASH_SOURCE[0]}")/bundle_server_pkgs.txt")
 

@@ -241,8 +241,9 @@ for m in ("sglang.srt.speculative.eagle_worker_v2", "sglang.srt.speculative.eagl
 # the sparse/MLA backends (a missing deep_gemm stopped every EAGLE server once). Each where the
 # release has it.
 import importlib.util
+# 0.5.23 also imports FlashMLA (flash_mla) in that check, and the CuTe DSL (cutlass) in every Llama MLP.
 for m in ("sglang.srt.layers.attention.dsa_backend", "sglang.srt.layers.attention.deepseek_v4_backend",
-          "sglang.srt.layers.attention.flashmla_backend"):
+          "sglang.srt.layers.attention.flashmla_backend", "sglang.kernels.ops.gemm.cutedsl_dual_gemm"):
     if importlib.util.find_spec(m) is not None:
         importlib.import_module(m)
         print(f"   {m.rsplit('.', 1)[1]} imports")

@@ -14,6 +14,8 @@
 set -uo pipefail
 export CARRY_DIR=.devbundle-v3 BUNDLE=${BUNDLE:-/tmp/devbundle-v3} DEVBUNDLE_SITE=${DEVBUNDLE_SITE:-/tmp/site-v3}
 export BUNDLE_UNITS="torch nccl triton core" SETUP_WAIT_FOR_PARTS=1
-export SETUP_ENV_EXTRA="export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1"
+# The CuTe DSL's package (cutlass) sits in nvidia_cutlass_dsl/dsl_packages, put on sys.path by a .pth file
+# that a --target install on PYTHONPATH never runs: its folder goes on PYTHONPATH here.
+export SETUP_ENV_EXTRA="export PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 PYTHONPATH=$DEVBUNDLE_SITE/nvidia_cutlass_dsl/dsl_packages:\$PYTHONPATH"
 export SETUP_PRECHECK="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/check_libs_v3.py $DEVBUNDLE_SITE"
 exec bash "$(dirname "${BASH_SOURCE[0]}")/setup_v2.sh" "$@"

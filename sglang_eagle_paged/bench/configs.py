@@ -5,6 +5,7 @@ pair's ``core``, ``extended``, ``controls``; ``large`` for any model) are what `
 lab's sweep (``bench/e2e.py`` at the top of the checkout) pick pairs and grids from.
 """
 
+import functools
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -135,6 +136,30 @@ def large_set(backend: str = "fa3") -> list:
 LOG_LEVEL_ENV = "SGLANG_EAGLE_PAGED_BENCH_LOG_LEVEL"
 
 
+@functools.lru_cache(maxsize=1)
+def _sglang_options() -> frozenset:
+    """The option strings the installed SGLang's own server parser accepts."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return frozenset(parser._option_string_actions)
+
+
+def graph_flags(max_bs: int, options=None) -> list:
+    """The decode CUDA graphs' largest batch and prefill graphs off, in the installed SGLang's words:
+    up to 0.5.17 ``--cuda-graph-max-bs`` and ``--disable-piecewise-cuda-graph`` (kept there so runs
+    stay comparable with earlier ones); 0.5.23 has only the per-phase ``--cuda-graph-max-bs-decode``
+    and ``--disable-prefill-cuda-graph`` (argparse then takes the old name as an ambiguous prefix)."""
+    options = _sglang_options() if options is None else options
+    size = "--cuda-graph-max-bs" if "--cuda-graph-max-bs" in options else "--cuda-graph-max-bs-decode"
+    prefill = ("--disable-piecewise-cuda-graph" if "--disable-piecewise-cuda-graph" in options
+               else "--disable-prefill-cuda-graph")
+    return [size, str(max_bs), prefill]
+
+
 def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_tokens: int,
                 mem_fraction: float, load_format: str | None = None) -> list:
     # Piecewise CUDA graphs (prefill only) are off: their warm-up hit an illegal memory
@@ -142,7 +167,7 @@ def server_args(cfg: RunConfig, target: str, draft: str, port: int, max_total_to
     # (measured 2026-11-30; the testbed now has 16384 positions, not re-verified yet).
     common = ["--grammar-backend", "none", "--sampling-backend", "pytorch",
               "--log-level", os.environ.get(LOG_LEVEL_ENV, "warning"),
-              "--cuda-graph-max-bs", str(cfg.cuda_graph_max_bs), "--disable-piecewise-cuda-graph",
+              *graph_flags(cfg.cuda_graph_max_bs),
               # SGLang picks a free port for torch.distributed at start-up; with dozens of servers
               # starting together two picked the same one (run 3: EADDRINUSE). Ours, by server.
               "--nccl-port", str(port + 20000)]

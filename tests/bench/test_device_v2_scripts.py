@@ -383,9 +383,44 @@ def test_every_server_of_a_v2_run_serves_cuda_graphs_up_to_the_asked_batch():
                                     "--load-format", "dummy", "--also-parallel", "128", "--parallel", "64"])
     assert (a.cuda_graph_max_bs, a.load_format, a.also_parallel, a.parallel) == (128, "dummy", "128", 64)
     args = configs.server_args(configs.RunConfig("on_p64", page_size=64, cuda_graph_max_bs=128), "T", "D", 30000, 65536, 0.4)
-    assert args[args.index("--cuda-graph-max-bs") + 1] == "128"
+    flag = configs.graph_flags(1)[0]  # the installed SGLang's name for the decode graphs' largest batch
+    assert args[args.index(flag) + 1] == "128"
     default = configs.server_args(configs.RunConfig("on_p64", page_size=64), "T", "D", 30000, 65536, 0.4)
-    assert default[default.index("--cuda-graph-max-bs") + 1] == "32"
+    assert default[default.index(flag) + 1] == "32"
+
+
+def test_every_configuration_of_the_v2_sets_parses_with_the_installed_sglangs_own_parser():
+    """SGLang's own command-line parser takes every server line a device run starts (0.5.23 dropped
+    ``--cuda-graph-max-bs`` and ``--disable-piecewise-cuda-graph``: argparse then refused the first as an
+    ambiguous prefix and every server of a GPU run died before serving). Runs in each CPU environment:
+    0.5.23 here, 0.5.17 in the v517 part."""
+    import argparse
+    import importlib.metadata
+
+    from bench import v2_sets
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle_paged.bench import configs
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    ServerArgs.add_cli_args(parser)
+    for make in v2_sets.SETS.values():
+        for cfg in make():
+            args = configs.server_args(cfg, "T", "D", 30000, 65536, 0.4, load_format="dummy")
+            parsed = parser.parse_args(args)
+            assert parsed.page_size == cfg.page_size, (cfg.name, importlib.metadata.version("sglang"))
+    sizes = {flag for flag in ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode") if flag in args}
+    assert len(sizes) == 1, args
+
+
+def test_graph_flags_follow_the_parser_they_are_given():
+    from sglang_eagle_paged.bench import configs
+
+    old = frozenset({"--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "--disable-piecewise-cuda-graph",
+                     "--disable-prefill-cuda-graph"})
+    new = frozenset({"--cuda-graph-max-bs-decode", "--disable-prefill-cuda-graph"})
+    assert configs.graph_flags(64, old) == ["--cuda-graph-max-bs", "64", "--disable-piecewise-cuda-graph"]
+    assert configs.graph_flags(64, new) == ["--cuda-graph-max-bs-decode", "64", "--disable-prefill-cuda-graph"]
 
 
 # ---------------------------------------------------------------- v2_run resume rule, v2_report
