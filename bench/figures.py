@@ -63,6 +63,7 @@ _R23, _R24, _R25 = "2026-12-02-h200-run23", "2026-12-03-h200-run24", "2026-12-03
 _R26, _R27, _R28 = "2026-12-03-h200-run26", "2026-12-03-h200-run27", "2026-12-03-h200-run28"
 _R29, _R30, _R31 = "2026-12-04-h200-run29", "2026-12-04-h200-run30", "2026-12-04-h200-run31"
 _R19, _R20, _R21 = "2026-12-02-h200-run19", "2026-12-02-h200-run20", "2026-12-02-h200-run21"
+_R32 = "2026-12-06-h100-run32"
 _OURS = "on_p64__off_p64"
 _PAGES = "on_p1__on_p64"
 _FUSED = "fa3, fused metadata"  # SGLANG_EAGLE_PAGED_FA3_EXPAND=fused: v2's default from run 29 on
@@ -107,6 +108,9 @@ FIGURES = (
            (_ab("2026-12-02-h200-run22", "ab-pages", "on_p1__on_p128"),), ("on_p1", "on_p128", 128, 64, 64), False),
     Figure("ours / SGLang's own", TESTBED, _FUSED, "0.5.17", "64", 64, "29",
            (_ab(_R29, "ab-pp", "off_p64__on_p64_fx"),), ("off_p64", "on_p64", 128, 64, 64), False),
+    # SGLang 0.5.23 (what `pip install sglang` gives), on an H100: the only run on another card so far
+    Figure("ours / SGLang's own", TESTBED, _FUSED + ", H100", "0.5.23", "64", 64, "32",
+           (_ab(_R32, "ab-v3", _OURS),), ("on_p64", "off_p64", 128, 64, 64), True),
     Figure("page N / page 1", TESTBED, _FUSED, "0.5.17", "64 / 1", 64, "29-31",
            (_ab(_R29, "ab-pp", "on_p1__on_p64_fx"), _ab(_R30, "ab-pp2", _PAGES), _ab(_R31, "ab-pp3", _PAGES),
             _ab(_R31, "ab-pp4", _PAGES)),
