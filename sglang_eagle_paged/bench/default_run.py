@@ -24,6 +24,11 @@ from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, port, pos
 
 
 WEIGHTS = "model.safetensors"
+# What serves the embedded models and comes with a checkout only (pyproject.toml leaves it out of the
+# wheel): the pair's folder beside this package's modules, and the SmolLM2 converter.
+CHECKOUT_ONLY = ("sglang_eagle_paged/testbed", "sglang_eagle_paged.models")
+FROM_A_CHECKOUT = ("come with a checkout of sglang-eagle-paged only (the wheel leaves it out): run from one "
+                   "(git clone; pip install -e .), or pass --model-path and --speculative-draft-model-path")
 
 
 def testbed_path(name: str) -> Path:
@@ -105,7 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _smollm2_pair(args) -> tuple[Path, Path] | None:
     """SmolLM2's target (converted once into its cache) and head, or None after saying why not."""
-    from sglang_eagle_paged.models import smollm2
+    try:
+        from sglang_eagle_paged.models import smollm2
+    except ImportError:  # installed from the wheel
+        print(f"serve-default: --model smollm2 (its converter and EAGLE head) {FROM_A_CHECKOUT}", file=sys.stderr)
+        return None
 
     draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path(
         smollm2.HEAD_DIR)
@@ -153,9 +162,7 @@ def run(args) -> int:
     if args.dry_run:
         print(f"SGLANG_EAGLE_PAGED={mode} {shlex.join(cmd)}")
     if missing:
-        print(f"serve-default: the embedded model pair's weights are not installed ({', '.join(missing)}): the "
-              "wheel leaves them out; run from a checkout of sglang-eagle-paged (pip install -e .), or pass "
-              "--model-path and --speculative-draft-model-path", file=sys.stderr)
+        print(f"serve-default: the embedded model pair's weights ({', '.join(missing)}) {FROM_A_CHECKOUT}", file=sys.stderr)
         return 2
     refusal = triton_refusal(backend, args.speculative_eagle_topk, args.page_size)
     if refusal:
