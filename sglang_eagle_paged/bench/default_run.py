@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sglang_eagle_paged.bench import mtbench, report
-from sglang_eagle_paged.bench.server_log import faults, log_end, text_since
+from sglang_eagle_paged.bench.server_log import faults, log_end, served, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
     ServerStartError,
@@ -193,7 +193,9 @@ def run(args) -> int:
     except ServerStartError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    fault_lines = faults(text_since(args.log_file, log_start) or "")
+    logged = text_since(args.log_file, log_start)
+    result["served"] = served(logged)  # the path this server ran, as it logged it
+    fault_lines = faults(logged or "")
     if fault_lines:  # from that line on SGLang's own path served: no figure here is the plugin's
         print(f"serve-default: refused: the server logged the plugin's fault line: {fault_lines[0]}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from sglang_eagle_paged.bench import report
 from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, port, positive_seconds
+from sglang_eagle_paged.bench.server_log import served, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
     ServerStartError,
@@ -533,6 +534,7 @@ def run_sweep(args, questions: Sequence[dict], launcher: Callable[..., Any] = Se
                     row["error"] += f" | {last[-1][:300]}"
             rows.append(row)
             continue
+        result["served"] = row["served"] = served(text_since(row["log"], 0))
         write_outputs(out_dir / "points", tag, result, report.run_markdown(result))
         s = result["summary"]
         row.update(status="ok", acceptance_length=s["acceptance_length"], output_throughput=s["output_throughput"],
@@ -561,6 +563,8 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="the running SGLang server's host")
     parser.add_argument("--port", type=port, default=30000, help="the running SGLang server's port")
+    parser.add_argument("--server-log", help="the running server's log: the record names the path it ran "
+                                             "(the plugin's mode, the draft layout) from what it logged")
     add_client_arguments(parser)
     s = parser.add_argument_group("sweep (launches one server per grid point)")
     s.add_argument("--sweep", action="store_true",
@@ -626,6 +630,8 @@ def run(args) -> int:
         max_new_tokens=args.max_new_tokens, tokenizer=args.tokenizer,
         progress=not args.no_progress, ignore_eos=args.ignore_eos,
     )
+    result["served"] = served(text_since(args.server_log, 0)) if args.server_log else \
+        {"plugin": None, "layout": None, "lines": [], "read": "no server log (--server-log)"}
     md = report.run_markdown(result)
     print(md)
     if args.out:
