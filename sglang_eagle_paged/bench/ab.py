@@ -475,6 +475,7 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('retractions_A'), '{}')} / {fmt(s.get('retractions_B'), '{}')} |")
         if pair.get("error"):
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} ||||||||")
+    lines += _served_text(results)
     stalled = [(pair, par, s) for pair in results["pairs"].values() for par, s in (pair.get("summary") or {}).items()
                if "ratio_without_compiles" in s]
     if stalled:
@@ -520,6 +521,20 @@ def markdown(results: dict) -> str:
     if results.get("gc_freeze"):
         lines += ["", "Garbage collection frozen on both servers after warm-up (`--freeze-gc`, SGLang's `/freeze_gc`)."]
     return "\n".join(lines) + "\n"
+
+
+def _served_text(results: dict) -> list:
+    """The path each server ran, from its log (:func:`record_served`), where the pairs recorded it."""
+    def side(found: dict) -> str:
+        if found.get("plugin") in ("on", "fake"):
+            return f"plugin {found['plugin']}, {found['layout']}"
+        return f"plugin {found['plugin']}" if found.get("plugin") else "no line of the plugin"
+
+    said = [f"{pair['A']['name']}:{pair['B']['name']} A {side(pair['served']['A'])}, B {side(pair['served']['B'])}"
+            + (f" ({'; '.join(f'{k}: {v}' for k, v in pair['served_not_asked'].items())}: not the layout asked)"
+               if pair.get("served_not_asked") else "")
+            for pair in results["pairs"].values() if pair.get("served")]
+    return ["", "Path served, from each server's log (mode, draft layout): " + "; ".join(said) + "."] if said else []
 
 
 def _settle_text(results: dict) -> str:

@@ -132,3 +132,17 @@ def test_an_ab_pair_records_what_each_server_ran_and_names_a_layout_it_did_not_a
     record_served(pair, servers, lambda update: update())
     assert pair["served"]["A"]["plugin"] == "off" and pair["served"]["B"]["layout"] == "dense"
     assert "served_not_asked" not in pair
+
+
+def test_ab_md_names_the_path_each_server_ran(tmp_path):
+    from sglang_eagle_paged.bench.ab import markdown
+
+    dense = {"SGLANG_EAGLE_PAGED_DENSE_DRAFT": "1"}
+    pair = {"A": asdict(RunConfig("on_p64", page_size=64)), "B": asdict(RunConfig("dense_p64", page_size=64, env=dense)),
+            "passes": []}
+    record_served(pair, _servers(tmp_path, {"A": ACTIVE, "B": ACTIVE}), lambda update: update())
+    results = {"rounds": 1, "parallel": 16, "num_questions": 4, "parallel1_questions": 0, "max_new_tokens": 8,
+               "settle_passes": 0, "pairs": {"on_p64:dense_p64#0": pair}}
+    text = markdown(results)
+    assert ("Path served, from each server's log (mode, draft layout): on_p64:dense_p64 A plugin on, per-branch, "
+            "B plugin on, per-branch (B: asked dense, served per-branch: not the layout asked).") in text
