@@ -29,23 +29,22 @@ def port(text: str) -> int:
     return value
 
 
+def _number(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
 def positive_seconds(text: str) -> float:
     """A time limit in seconds, above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:  # NaN included
+    if not _number(text, "a number of seconds") > 0:  # NaN included
         raise argparse.ArgumentTypeError(f"{text} is too small: it must be above 0 seconds")
-    return value
+    return float(text)
 
 
 def fraction(text: str) -> float:
     """A share of GPU memory: above 0, at most 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:  # NaN included
+    if not 0 < _number(text, "a number") <= 1:  # NaN included
         raise argparse.ArgumentTypeError(f"{text} is out of range: it must be above 0 and at most 1")
-    return value
+    return float(text)
