@@ -108,3 +108,11 @@ def test_serve_default_takes_the_v1_switch_where_it_is_read(monkeypatch):
 
     monkeypatch.setenv("SGLANG_EAGLE_PAGED_ALLOW_TRITON", "1")
     assert triton_refusal("triton", 8, 64, version="0.5.12.post1") is None
+
+
+def test_the_demo_says_its_report_and_nothing_of_the_plugins_start_up_lines():
+    """The plugin's start-up lines are INFO lines kept for a server's log (they pass SGLang's warning
+    level: sglang_eagle_paged/__init__.py); the demo reports the same itself, so they stay out of it."""
+    p = run_cli("demo", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stderr == "" and p.stdout.rstrip().splitlines()[-1].startswith("OK: ")
