@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from sglang_eagle_paged.bench import report
-from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, port, positive_seconds
+from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, one_of, port, positive_seconds
 from sglang_eagle_paged.bench.server_log import served, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
@@ -580,7 +580,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--topks", type=_csv(at_least_one), default="1,8", help="comma-separated --speculative-eagle-topk values")
     s.add_argument("--attention-backends", type=_csv(str), default="triton",
                    help="comma-separated attention backends (fa3, flashinfer, triton)")
-    s.add_argument("--modes", type=_csv(str), default="on,off",
+    s.add_argument("--modes", type=_csv(one_of("on", "off", "fake")), default="on,off",
                    help="comma-separated SGLANG_EAGLE_PAGED values: on, off (SGLang's own), fake")
     s.add_argument("--load-format", help="SGLang's --load-format (e.g. dummy: random weights)")
     s.add_argument("--max-total-tokens", type=at_least_one, help="SGLang's --max-total-tokens")

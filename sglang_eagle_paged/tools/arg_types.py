@@ -48,3 +48,12 @@ def fraction(text: str) -> float:
     if not 0 < _number(text, "a number") <= 1:  # NaN included
         raise argparse.ArgumentTypeError(f"{text} is out of range: it must be above 0 and at most 1")
     return float(text)
+
+
+def one_of(*choices: str):
+    """A type for one of ``choices`` (for comma-separated lists, where argparse's ``choices`` cannot check)."""
+    def check(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return check

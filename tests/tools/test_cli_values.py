@@ -15,6 +15,7 @@ BAD = [
     (("bench", "--max-new-tokens", "many"), "argument --max-new-tokens: 'many' is not a whole number"),
     (("bench", "--sweep", "--page-sizes", "1,x"), "argument --page-sizes: 'x' is not a whole number"),
     (("bench", "--sweep", "--mem-fraction-static", "1.5"), "argument --mem-fraction-static: 1.5 is out of range"),
+    (("bench", "--sweep", "--modes", "on,of"), "argument --modes: 'of' is not one of on, off, fake"),
     (("serve-default", "--port", "65536"), "argument --port: 65536 is out of range"),
     (("serve-default", "--page-size", "0"), "argument --page-size: 0 is too small"),
     (("serve-default", "--startup-timeout", "-3"), "argument --startup-timeout: -3 is too small"),
