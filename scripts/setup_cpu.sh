@@ -13,7 +13,7 @@
 #   * the CPU-only shims in scripts/cpu_standins (torchvision, sgl_kernel),
 #     put on the venv's path with a .pth file -- never part of the installed
 #     sglang_eagle_paged package, never for serving
-# and finally imports the SGLang modules with TRITON_INTERPRET=1.
+# and finally imports the SGLang modules with TRITON_INTERPRET=1 (scripts/cpu_import_check.py).
 #
 # Idempotent: a stamp in .venv records what was installed; a re-run with the
 # same script only refreshes the shim path and re-runs the import check.
@@ -272,15 +272,6 @@ if ! (cd / && "$PY" -c 'import sys, sglang_eagle_paged as m; sys.exit(0 if m.__f
   pipq --no-deps -e "$REPO"
 fi
 
-TRITON_INTERPRET=1 "$PY" -W ignore - "$SGLANG_VERSION" "${MODULES[@]}" <<'EOF'
-import importlib, sys
-for name in sys.argv[2:]:
-    importlib.import_module(name)
-import sglang, torch, triton, numpy
-import sglang_eagle_paged
-assert sglang.__version__ == sys.argv[1], f"expected sglang {sys.argv[1]}, got {sglang.__version__}"
-assert torch.version.cuda is None, f"expected a CPU torch build, got CUDA {torch.version.cuda}"
-print(f"[setup_cpu] OK: {len(sys.argv) - 2} SGLang modules import on CPU (TRITON_INTERPRET=1): "
-      f"sglang {sglang.__version__}, torch {torch.__version__}, triton {triton.__version__}, "
-      f"numpy {numpy.__version__}")
-EOF
+# SGLang's own log lines at import (one, on 0.5.23, about the GPU this machine lacks) come out as
+# lines of ours naming where they come from (scripts/cpu_import_check.py).
+TRITON_INTERPRET=1 "$PY" -W ignore "$REPO/scripts/cpu_import_check.py" "$SGLANG_VERSION" "${MODULES[@]}"

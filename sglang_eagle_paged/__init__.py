@@ -23,6 +23,25 @@ class _MarkFaults(logging.Filter):
         return True
 
 
+class _KeepStartUpLines(logging.Filter):
+    """The plugin's INFO lines say what it decided at start-up (active or not, which layout, which copy
+    path): the record a benchmark reads to name the path a server ran (bench/server_log.py). They stay
+    INFO, not being problems, and stay visible where SGLang is asked for warnings only
+    (``--log-level warning``): this logger lets everything through (its level: DEBUG) and this
+    filter drops a line only where the root logger's level (SGLang's ``--log-level``, set by its
+    ``configure_logger``) would drop it and it is not an INFO line under a WARNING level. At ERROR
+    and above the plugin is as quiet as SGLang, from the moment SGLang applies the level: plugins
+    load before it does (the root logger is then at Python's WARNING, with the handler SGLang's
+    modules add on import), so the lines of ``plugin.register`` show at every level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        asked = logging.getLogger().getEffectiveLevel()
+        return record.levelno >= asked or (record.levelno == logging.INFO and asked <= logging.WARNING)
+
+
 _logger = logging.getLogger("sglang_eagle_paged")
-if not any(isinstance(f, _MarkFaults) for f in _logger.filters):
-    _logger.addFilter(_MarkFaults())
+for _filter in (_MarkFaults, _KeepStartUpLines):
+    if not any(isinstance(f, _filter) for f in _logger.filters):
+        _logger.addFilter(_filter())
+if _logger.level == logging.NOTSET:  # a level set before (a test, a logging config) is kept
+    _logger.setLevel(logging.DEBUG)

@@ -35,7 +35,7 @@ from .configs import (_warmup_questions, add_set_and_model_args, add_workload_ar
                       warmup_mixes)
 from .mtbench import Client, in_flight, in_flight_note, load_questions, require_chat_template, run_benchmark, sized
 from .server import stop_all
-from .server_log import faults, log_end, since as log_since, text_since
+from .server_log import faults, log_end, served, since as log_since, text_since
 from .stats import ratio_stats
 
 def pass_order(rounds: int) -> list:
@@ -217,6 +217,7 @@ def _measure_pair(pair: dict, servers: dict, *, questions, warmup_questions, par
     if any(settled.values()):
         save(lambda: pair.update(settle_compiled={side: dict(c) for side, c in settled.items() if c}))
     refuse_faults(pair, servers, save, "its start-up, warm-up or settling passes")
+    record_served(pair, servers, save)
     for rnd, side in pass_order(rounds):
         for par, qs in levels:
             log = getattr(servers[side], "log_file", None)
@@ -260,6 +261,35 @@ def refuse_faults(pair: dict, servers: dict, save, when: str) -> None:
         save(lambda: pair.update(faults=found))
         side, lines = sorted(found.items())[0]
         raise RuntimeError(f"refused: {side}'s server logged the plugin's fault line during {when}: {lines[0]}")
+
+
+def asked_layout(cfg: dict) -> str | None:
+    """The draft layout a side's configuration (a :class:`.configs.RunConfig` as recorded) asks for:
+    ``dense`` where it sets SGLANG_EAGLE_PAGED_DENSE_DRAFT on, else SGLang's ``per-branch``; None
+    without the plugin (mode off) or without a tree on pages."""
+    from .. import settings
+
+    if cfg.get("mode") == "off" or (cfg.get("topk") or 1) <= 1 or (cfg.get("page_size") or 1) <= 1:
+        return None
+    return "dense" if settings.parse(cfg.get("env") or {}).dense_draft else "per-branch"
+
+
+def record_served(pair: dict, servers: dict, save) -> None:
+    """What each server logged about the path it ran (:func:`.server_log.served`: mode, draft layout,
+    the plugin's start-up lines), read from its whole log once warm-up and settling are done, into the
+    pair's record; where a side ran another layout than its configuration asks, ``served_not_asked``
+    says so (its figure is about the layout that served)."""
+    found = {side: served(text_since(getattr(servers[side], "log_file", None), 0)) for side in ("A", "B")}
+    differs = {side: f"asked {asked}, served {found[side]['layout']}" for side in ("A", "B")
+               if (asked := asked_layout(pair[side])) is not None and found[side]["plugin"] in ("on", "fake")
+               and found[side]["layout"] != asked}
+
+    def update():
+        pair["served"] = found
+        if differs:
+            pair["served_not_asked"] = differs
+
+    save(update)
 
 
 def _resolved(pair: dict, until, levels: tuple, tokens, conversations: int) -> dict | None:
@@ -445,6 +475,7 @@ def markdown(results: dict) -> str:
                          f"{fmt(s.get('retractions_A'), '{}')} / {fmt(s.get('retractions_B'), '{}')} |")
         if pair.get("error"):
             lines.append(f"| {pair['A']['name']} | {pair['B']['name']} | error: {pair['error'][:200]} ||||||||")
+    lines += _served_text(results)
     stalled = [(pair, par, s) for pair in results["pairs"].values() for par, s in (pair.get("summary") or {}).items()
                if "ratio_without_compiles" in s]
     if stalled:
@@ -490,6 +521,20 @@ def markdown(results: dict) -> str:
     if results.get("gc_freeze"):
         lines += ["", "Garbage collection frozen on both servers after warm-up (`--freeze-gc`, SGLang's `/freeze_gc`)."]
     return "\n".join(lines) + "\n"
+
+
+def _served_text(results: dict) -> list:
+    """The path each server ran, from its log (:func:`record_served`), where the pairs recorded it."""
+    def side(found: dict) -> str:
+        if found.get("plugin") in ("on", "fake"):
+            return f"plugin {found['plugin']}, {found['layout']}"
+        return f"plugin {found['plugin']}" if found.get("plugin") else "no line of the plugin"
+
+    said = [f"{pair['A']['name']}:{pair['B']['name']} A {side(pair['served']['A'])}, B {side(pair['served']['B'])}"
+            + (f" ({'; '.join(f'{k}: {v}' for k, v in pair['served_not_asked'].items())}: not the layout asked)"
+               if pair.get("served_not_asked") else "")
+            for pair in results["pairs"].values() if pair.get("served")]
+    return ["", "Path served, from each server's log (mode, draft layout): " + "; ".join(said) + "."] if said else []
 
 
 def _settle_text(results: dict) -> str:

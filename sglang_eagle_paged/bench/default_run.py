@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from sglang_eagle_paged.bench import mtbench, report
-from sglang_eagle_paged.bench.server_log import faults, log_end, text_since
+from sglang_eagle_paged.bench.server_log import faults, log_end, served, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
     ServerStartError,
@@ -19,10 +19,16 @@ from sglang_eagle_paged.bench.server import (
     mode_env,
     num_draft_tokens_for,
 )
-from sglang_eagle_paged import settings
+from sglang_eagle_paged import releases, settings
+from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, port, positive_seconds
 
 
 WEIGHTS = "model.safetensors"
+# What serves the embedded models and comes with a checkout only (pyproject.toml leaves it out of the
+# wheel): the pair's folder beside this package's modules, and the SmolLM2 converter.
+CHECKOUT_ONLY = ("sglang_eagle_paged/testbed", "sglang_eagle_paged.models")
+FROM_A_CHECKOUT = ("come with a checkout of sglang-eagle-paged only (the wheel leaves it out): run from one "
+                   "(git clone; pip install -e .), or pass --model-path and --speculative-draft-model-path")
 
 
 def testbed_path(name: str) -> Path:
@@ -56,6 +62,23 @@ def pick_attention_backend() -> str:
     return "triton"
 
 
+def triton_refusal(backend: str, topk: int, page_size: int, version: str | None = None) -> str | None:
+    """Why a server on SGLang ``version`` (default: the installed one) would refuse the triton backend
+    for this tree, in one line; None where it serves it. SGLang's v2 releases draft a paged tree on
+    triton themselves; on v1 only the plugin's gate lets triton through, and only with
+    SGLANG_EAGLE_PAGED_ALLOW_TRITON, the switch that settings knows is read by v1 alone."""
+    if backend != "triton" or topk <= 1 or page_size <= 1 or settings.current().allow_triton:
+        return None
+    # the release's generation from its version alone: the hook points are the server's to check
+    generation = releases.support(version, check_hook_points=lambda _v: None).generation
+    if generation is None or settings.unused_by(generation, {settings.ALLOW_TRITON: "1"}):
+        return None  # a release whose adapter does not read the switch: SGLang's own check decides
+    return (f"SGLang {releases.installed_version() if version is None else version} ({generation}) drafts a "
+            f"tree (topk > 1) on pages > 1 with triton only with {settings.ALLOW_TRITON}=1 (not yet proven by the "
+            f"GPU suite there): set it to try, or pass --attention-backend fa3/flashinfer, --page-size 1 or "
+            f"--speculative-eagle-topk 1")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=["testbed", "smollm2"], default="testbed",
                         help="embedded pair: testbed (16M, shipped) or smollm2 (SmolLM2-135M-Instruct, "
@@ -64,22 +87,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speculative-draft-model-path", default=None,
                         help="EAGLE draft model (default: embedded testbed/draft)")
     parser.add_argument("--speculative-algorithm", default="EAGLE", help="SGLang's --speculative-algorithm")
-    parser.add_argument("--speculative-eagle-topk", type=int, default=8, help="draft branches per request")
-    parser.add_argument("--speculative-num-steps", type=int, default=5, help="draft steps per round")
-    parser.add_argument("--speculative-num-draft-tokens", type=int, default=64,
+    parser.add_argument("--speculative-eagle-topk", type=at_least_one, default=8, help="draft branches per request")
+    parser.add_argument("--speculative-num-steps", type=at_least_one, default=5, help="draft steps per round")
+    parser.add_argument("--speculative-num-draft-tokens", type=at_least_one, default=64,
                         help="tokens verified per round (steps+1 when topk is 1)")
-    parser.add_argument("--page-size", type=int, default=64, help="KV cache page size")
+    parser.add_argument("--page-size", type=at_least_one, default=64, help="KV cache page size")
     parser.add_argument("--attention-backend", default="auto", help="auto: fa3 > flashinfer > triton")
     parser.add_argument("--mode", default=None, choices=["on", "off", "fake"],
                         help="SGLANG_EAGLE_PAGED for the server (default: the current environment, else on)")
     parser.add_argument("--host", default="127.0.0.1", help="host the server listens on")
-    parser.add_argument("--port", type=int, default=30000, help="port the server listens on")
+    parser.add_argument("--port", type=port, default=30000, help="port the server listens on")
     parser.add_argument("--load-format", help="SGLang's --load-format (e.g. dummy: random weights)")
-    parser.add_argument("--max-total-tokens", type=int, help="SGLang's --max-total-tokens")
-    parser.add_argument("--mem-fraction-static", type=float, help="SGLang's --mem-fraction-static")
+    parser.add_argument("--max-total-tokens", type=at_least_one, help="SGLang's --max-total-tokens")
+    parser.add_argument("--mem-fraction-static", type=fraction, help="SGLang's --mem-fraction-static")
     parser.add_argument("--server-extra-args", default=mtbench.DEFAULT_EXTRA_SERVER_ARGS,
                         help="appended to the server's command line")
-    parser.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for the server")
+    parser.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     parser.add_argument("--log-file", default="sglang_eagle_paged_server.log", help="the server's output")
     parser.add_argument("--dry-run", action="store_true", help="print the server command and exit")
     mtbench.add_client_arguments(parser)
@@ -87,7 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _smollm2_pair(args) -> tuple[Path, Path] | None:
     """SmolLM2's target (converted once into its cache) and head, or None after saying why not."""
-    from sglang_eagle_paged.models import smollm2
+    try:
+        from sglang_eagle_paged.models import smollm2
+    except ImportError:  # installed from the wheel
+        print(f"serve-default: --model smollm2 (its converter and EAGLE head) {FROM_A_CHECKOUT}", file=sys.stderr)
+        return None
 
     draft = Path(args.speculative_draft_model_path) if args.speculative_draft_model_path else testbed_path(
         smollm2.HEAD_DIR)
@@ -135,18 +162,11 @@ def run(args) -> int:
     if args.dry_run:
         print(f"SGLANG_EAGLE_PAGED={mode} {shlex.join(cmd)}")
     if missing:
-        print(f"serve-default: the embedded model pair's weights are not installed ({', '.join(missing)}): the "
-              "wheel leaves them out; run from a checkout of sglang-eagle-paged (pip install -e .), or pass "
-              "--model-path and --speculative-draft-model-path", file=sys.stderr)
+        print(f"serve-default: the embedded model pair's weights ({', '.join(missing)}) {FROM_A_CHECKOUT}", file=sys.stderr)
         return 2
-    from ..settings import ALLOW_TRITON as ALLOW_TRITON_ENV
-    from ..settings import current as current_settings
-
-    if backend == "triton" and args.speculative_eagle_topk > 1 and args.page_size > 1 \
-            and not current_settings().allow_triton and not args.dry_run:
-        print(f"only the triton attention backend is available here; EAGLE topk > 1 with page > 1 on triton "
-              f"is not yet proven by the GPU suite: set {ALLOW_TRITON_ENV}=1 to try it, or pass "
-              f"--page-size 1 / --speculative-eagle-topk 1", file=sys.stderr)
+    refusal = triton_refusal(backend, args.speculative_eagle_topk, args.page_size)
+    if refusal:
+        print(f"serve-default: {refusal}", file=sys.stderr)
         return 2
     if args.dry_run:
         return 0
@@ -173,7 +193,9 @@ def run(args) -> int:
     except ServerStartError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    fault_lines = faults(text_since(args.log_file, log_start) or "")
+    logged = text_since(args.log_file, log_start)
+    result["served"] = served(logged)  # the path this server ran, as it logged it
+    fault_lines = faults(logged or "")
     if fault_lines:  # from that line on SGLang's own path served: no figure here is the plugin's
         print(f"serve-default: refused: the server logged the plugin's fault line: {fault_lines[0]}", file=sys.stderr)
         return 1

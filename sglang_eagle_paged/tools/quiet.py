@@ -6,9 +6,12 @@ import warnings
 
 
 def quiet_sglang() -> None:
-    """For the rest of this process: SGLang's warnings ignored, its loggers at ERROR and above."""
+    """For the rest of this process: SGLang's warnings ignored, its loggers at ERROR and above; the
+    plugin's own start-up lines (INFO, kept for a server's log: sglang_eagle_paged/__init__.py) left
+    out too, the tools' reports saying what they show; its warnings and faults stay."""
     warnings.filterwarnings("ignore", module=r"sglang(\.|$)")
     logging.getLogger("sglang").setLevel(logging.ERROR)
+    logging.getLogger("sglang_eagle_paged").setLevel(logging.WARNING)
 
 
 def torch_missing(command: str) -> str | None:

@@ -420,7 +420,7 @@ def test_serve_default_missing_testbed(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(default_run, "pick_attention_backend", lambda: "triton")
     assert main(["serve-default"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "weights are not installed" in err and "from a checkout" in err
+    assert err.count("\n") == 1 and "model pair's weights" in err and "come with a checkout" in err
     assert main(["serve-default", "--dry-run", "--model-path", "/m", "--speculative-draft-model-path", "/d"]) == 0
     out = capsys.readouterr().out
     assert "--speculative-eagle-topk 8" in out and "--speculative-num-draft-tokens 64" in out

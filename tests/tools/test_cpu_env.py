@@ -86,3 +86,25 @@ def test_triton_is_the_one_the_installed_sglang_brings():
 
     want = {"0.5.23": "3.8.0", "0.5.12.post1": "3.6.0"}[importlib.metadata.version("sglang")]
     assert triton.__version__ == want
+
+
+def test_the_set_up_s_import_check_says_where_sglang_s_own_lines_come_from():
+    """The set-up's last step (scripts/cpu_import_check.py, what setup_cpu.sh runs) in its own process:
+    the one line SGLang 0.5.23 logs at import on a machine without a GPU ("Cannot detect CUDA
+    architecture.", from its JIT helper asked by the trtllm_mla backend) never stands bare in the
+    output; it comes once, in a line of ours naming SGLang's module and that no GPU is the cause."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(root)}
+    p = subprocess.run([sys.executable, "-W", "ignore", str(root / "scripts" / "cpu_import_check.py"),
+                        importlib.metadata.version("sglang"), *SGLANG_MODULES], env=env, cwd="/",
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = (p.stdout + p.stderr).splitlines()
+    assert all(line.startswith("[setup_cpu] ") for line in lines), lines
+    assert lines[-1].startswith("[setup_cpu] OK: ") and len(lines) == len(set(lines))
+    if importlib.metadata.version("sglang") == "0.5.23":
+        (arch,) = [line for line in lines if "Cannot detect CUDA architecture" in line]
+        assert "sglang.kernels.jit.utils.arch" in arch and "no GPU on this machine" in arch

@@ -41,3 +41,67 @@ def test_the_dense_reserve_is_page_1s_and_holds_at_most_a_page_more(page, capsys
     assert dense == reserve_per_decode(1, 8, 5, 64) == 128
     if page <= 64:
         assert held <= 192  # issue 54: at page 64, topk 8, 5 steps
+
+
+# --- the tree's shape as SGLang 0.5.23 takes it (kv-size's draft_tokens_served says what it does)
+
+def _sglang_0523():
+    import importlib.metadata
+
+    if importlib.metadata.version("sglang") != "0.5.23":
+        pytest.skip("reads SGLang 0.5.23's own code (scripts/setup_cpu.sh builds it)")
+
+
+@pytest.mark.upstream
+def test_sglang_gives_a_chain_steps_plus_one_draft_tokens_and_kv_size_does_the_same(caplog):
+    """SGLang's own argument resolution (ServerArgs.resolve_once, on the CPU with the testbed's
+    configs) adjusts --speculative-num-draft-tokens for topk 1, with a warning, and accepts a tree's
+    draft tokens beyond what the tree proposes (the draft then fails: the next test)."""
+    _sglang_0523()
+    import logging
+    from pathlib import Path
+
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_eagle_paged.tools.kv_size import draft_tokens_served
+
+    testbed = Path(__file__).resolve().parents[2] / "sglang_eagle_paged" / "testbed"
+    served = {}
+    for topk, asked in ((1, 64), (8, 1000)):
+        args = ServerArgs(model_path=str(testbed / "target"), speculative_algorithm="EAGLE",
+                          speculative_draft_model_path=str(testbed / "draft"), speculative_eagle_topk=topk,
+                          speculative_num_steps=5, speculative_num_draft_tokens=asked, device="cpu", page_size=64,
+                          attention_backend="triton")
+        with caplog.at_level(logging.WARNING):
+            args.resolve_once()
+        served[topk] = resolution_result(args, "speculative_num_draft_tokens")
+    assert served == {1: 6, 8: 1000}
+    assert "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1" in caplog.text
+    tokens, note = draft_tokens_served(1, 5, 64)
+    assert tokens == served[1] and "steps + 1 = 6" in note
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("topk,steps", [(8, 5), (4, 3), (2, 1)])
+def test_sglang_s_draft_takes_at_most_the_tree_s_tokens(topk, steps):
+    """SGLang's organize_draft_results, on the scores its draft loop collects (the first step's topk,
+    topk x topk at each later one: eagle_worker_v2's draft_forward), picks draft_tokens - 1 of them:
+    kv-size's bound is the most it can pick."""
+    _sglang_0523()
+    import torch
+    from sglang.srt.speculative.eagle_utils import organize_draft_results
+
+    from sglang_eagle_paged.tools.kv_size import draft_tokens_served, tree_tokens
+
+    b = 2
+    scores = [torch.rand(b, 1, topk)] + [torch.rand(b, topk, topk) for _ in range(steps - 1)]
+    tokens = [torch.randint(0, 100, (b, topk))] + [torch.randint(0, 100, (b, topk * topk)) for _ in range(steps - 1)]
+    parents = [torch.arange(-1, topk).expand(b, -1)] + [torch.randint(0, topk, (b, topk)) for _ in range(steps - 1)]
+    most = tree_tokens(topk, steps)
+    organize_draft_results(scores, tokens, parents, most)
+    with pytest.raises(RuntimeError, match="out of range"):
+        organize_draft_results(scores, tokens, parents, most + 1)
+    assert draft_tokens_served(topk, steps, most) == (most, None)
+    with pytest.raises(ValueError, match=f"ask at most {most}"):
+        draft_tokens_served(topk, steps, most + 1)
