@@ -58,7 +58,7 @@ def test_doctor_says_whether_fa3_reads_in_place():
 
 def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_hooks():
     off = _run("doctor", "--no-self-test").stdout
-    assert "SGLANG_EAGLE_PAGED_DENSE_DRAFT unset: SGLang's per-branch draft layout and reserve" in off
+    assert "off (SGLANG_EAGLE_PAGED_DENSE_DRAFT unset or auto: " in off and "proven on no release yet" in off
     on = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_DENSE_DRAFT="1").stdout
     assert "asked (SGLANG_EAGLE_PAGED_DENSE_DRAFT): page 1's draft slots" in on  # 0.5.23: proven
     hooked = [line for line in on.splitlines()
@@ -80,7 +80,7 @@ def test_doctor_says_which_fa3_metadata_builders_serve():
     assert any(line.startswith("[ok  ] hook") and "init_forward_metadata_out_graph" in line
                for line in fused.splitlines()), fused
     from sglang_eagle_paged import settings
-    from sglang_eagle_paged.adapters.v2 import _fa3_metadata_line
+    from sglang_eagle_paged.tools.doctor_v2 import fa3_metadata_line as _fa3_metadata_line
 
     line = _fa3_metadata_line(settings.parse({settings.FA3_EXPAND: "fused"}), "0.5.15.post1")
     assert line.startswith("expand (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the expand builder replaced; ") \

@@ -32,6 +32,7 @@ import os
 from typing import NamedTuple
 
 from . import fa3_in_place
+from .sglang_api import FA3_MULTI_STEP_BACKEND, FLASHINFER_DRAFT_BACKEND, TRITON_DRAFT_BACKEND
 
 
 class CopyDecision(NamedTuple):
@@ -46,13 +47,13 @@ class CopyDecision(NamedTuple):
 # 0.5.15.post1, 0.5.17 and 0.5.23): the backend name, whether its draft decode reads the copied
 # slots, and why. Exact classes only: a subclass may read differently, so it copies.
 READERS = {
-    "sglang.srt.layers.attention.flashinfer_backend.FlashInferMultiStepDraftBackend": (
+    FLASHINFER_DRAFT_BACKEND: (
         "flashinfer", False, "flashinfer's draft decode reads per-token indices (page size 1): "
         "the prefix's own slots and each branch's draft slots, never the copied ones"),
-    "sglang.srt.layers.attention.triton_backend.TritonMultiStepDraftBackend": (
+    TRITON_DRAFT_BACKEND: (
         "triton", False, "triton's draft decode reads per-token indices: the prefix's own slots "
         "and each branch's draft slots, never the copied ones"),
-    "sglang.srt.layers.attention.flashattention_backend.FlashAttentionMultiStepBackend": (
+    FA3_MULTI_STEP_BACKEND: (
         "fa3", True, "fa3's (and fa4's) draft decode reads each branch's first page by block id, "
         "copied slots included"),
 }

@@ -21,7 +21,7 @@ The two pieces SGLang cannot be told through its own arguments, proven on its ow
 fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
 from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
 
-Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.DENSE_DRAFT_PROVEN``)
+Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.PROVEN``)
 the hooks are (:func:`hooks`):
 
 - AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the plan is
@@ -53,18 +53,16 @@ import logging
 
 import torch
 
+from ...hooks import resolve
+from . import sglang_api as api
+
 logger = logging.getLogger("sglang_eagle_paged")
 
-_SIZING = "sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode"
-_PREPARE = "sglang.srt.speculative.eagle_worker_common.prepare_for_draft"
-_READERS = {
-    "triton": "sglang.srt.layers.attention.triton_backend",
-    "flashinfer": "sglang.srt.layers.attention.flashinfer_backend",
-}
-_KERNEL = "generate_draft_decode_kv_indices"
+_READERS = {"triton": api.TRITON_MODULE, "flashinfer": api.FLASHINFER_MODULE}
+_KERNEL = api.INDEX_KERNEL
 _BACKENDS = {  # the draft decode backends whose reads go through the index kernel alone
-    _READERS["triton"] + ".TritonMultiStepDraftBackend": "triton",
-    _READERS["flashinfer"] + ".FlashInferMultiStepDraftBackend": "flashinfer",
+    api.TRITON_DRAFT_BACKEND: "triton",
+    api.FLASHINFER_DRAFT_BACKEND: "flashinfer",
 }
 _ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 _WORKERS = ("EagleDraftWorker", "StandaloneDraftWorker")
@@ -95,42 +93,45 @@ def dense_out_cache_loc(req_to_token: torch.Tensor, req_pool_indices: torch.Tens
     return out
 
 
-class DenseDraftIndices:
-    """SGLang's ``generate_draft_decode_kv_indices`` kernel, launched (``kernel[grid](...)``) with
-    ``page_size`` 1 while ``active()`` says the dense layout serves: each branch's list is then its
-    prefix ``[0, L)`` and ``L + t*steps + [0, i]``, page 1's list. Everything else, the launch
-    grid and every other argument included, is SGLang's. A launch that translates its reads
-    (0.5.23's ``TRANSLATE``/``ENTRY_PAGE_SIZE``, where ``page_size`` also sizes the translation's
-    pages) is refused with ``ValueError``: the caller must not have chosen the dense layout there."""
+def page_1_arguments(args: tuple, kwargs: dict) -> tuple:
+    """``generate_draft_decode_kv_indices``' positional arguments with ``page_size`` 1, its page-1
+    formula; ``ValueError`` where the launch is not the one the dense layout was proven on (reads
+    translated by 0.5.23's ``TRANSLATE``/``ENTRY_PAGE_SIZE``, where ``page_size`` also sizes the
+    translation's pages; ``page_size`` no longer the 13th positional argument)."""
+    if kwargs.get("TRANSLATE") or kwargs.get("ENTRY_PAGE_SIZE", 1) != 1:
+        raise ValueError("the dense draft layout does not cover translated draft reads")
+    if len(args) <= PAGE_SIZE_ARG or "page_size" in kwargs:
+        raise ValueError("generate_draft_decode_kv_indices: page_size is not its 13th positional argument")
+    return args[:PAGE_SIZE_ARG] + (1,) + args[PAGE_SIZE_ARG + 1:]
 
-    def __init__(self, kernel, active=lambda: True):
+
+class DenseDraftIndices:
+    """SGLang's ``generate_draft_decode_kv_indices`` kernel, launched (``kernel[grid](...)``) through
+    ``serve(launch, args, kwargs)`` while ``active()`` says the dense layout serves (the draft step's
+    :func:`.draft_step.dense_index_launch`: :func:`page_1_arguments`, under the fault rule): each
+    branch's list is then its prefix ``[0, L)`` and ``L + t*steps + [0, i]``, page 1's list. Everything
+    else, the launch grid and every other argument included, is SGLang's."""
+
+    def __init__(self, kernel, active=lambda: True, serve=None):
         self.kernel = kernel
         self.active = active
+        self.serve = serve if serve is not None else (lambda launch, a, k: launch(*page_1_arguments(a, k), **k))
 
     def __getitem__(self, grid):
         launch = self.kernel[grid]
         if not self.active():
             return launch
-
-        def dense_launch(*args, **kwargs):
-            if kwargs.get("TRANSLATE") or kwargs.get("ENTRY_PAGE_SIZE", 1) != 1:
-                raise ValueError("the dense draft layout does not cover translated draft reads")
-            if len(args) <= PAGE_SIZE_ARG or "page_size" in kwargs:
-                raise ValueError("generate_draft_decode_kv_indices: page_size is not its 13th positional argument")
-            args = args[:PAGE_SIZE_ARG] + (1,) + args[PAGE_SIZE_ARG + 1:]
-            return launch(*args, **kwargs)
-
-        return dense_launch
+        return lambda *args, **kwargs: self.serve(launch, args, kwargs)
 
     def __getattr__(self, name):  # the kernel's own attributes (fn, cache, ...)
         return getattr(self.kernel, name)
 
 
-def index_kernel_hook(kernel, active):
+def index_kernel_hook(kernel, active, serve=None):
     """What replaces a module's ``generate_draft_decode_kv_indices`` global: a class, since SGLang's
     HookRegistry substitutes a class as it is (any other REPLACE hook becomes a plain function, which
     the callers' ``kernel[grid](...)`` cannot subscript); ``kernel[grid]`` is :class:`DenseDraftIndices`'s."""
-    dense = DenseDraftIndices(kernel, active)
+    dense = DenseDraftIndices(kernel, active, serve)
 
     class DenseDraftIndexKernel:
         def __class_getitem__(cls, grid):
@@ -157,6 +158,7 @@ class Plan:
         self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
         self.decided = None         # the line that said so
         self.sglang_reserve = False  # since a fault, SGLang's reserve was handed out: rounds allocated for its layout
+        self.backends = None        # auto: the backends the GPU suite proved (None: every one covered)
 
     def hand_back(self) -> None:
         """SGLang's per-branch layout from this round on (its rows were allocated with SGLang's reserve)."""
@@ -180,6 +182,9 @@ def refusal(worker) -> str | None:
     name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
     if name is None:
         return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
+    if PLAN.backends is not None and name not in PLAN.backends:
+        return (f"{name} is not proven by the GPU suite (SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto serves "
+                f"{', '.join(PLAN.backends) or 'none'}; =1 asks for it)")
     if type(worker).__name__ not in _WORKERS:
         return f"{type(worker).__name__} is not covered (EAGLE, EAGLE3 and STANDALONE draft workers are)"
     args = getattr(worker, "server_args", None)
@@ -250,30 +255,5 @@ def decide(worker) -> bool:
 
 
 def sglang_page_1_slots(req_to_token, req_pool_indices, seq_lens, topk, steps, out):
-    from sglang.kernels.ops.speculative.cache_locs import assign_draft_cache_locs_contiguous
-
-    assign_draft_cache_locs_contiguous[(seq_lens.shape[0],)](
+    resolve(api.PAGE_1_SLOTS)[(seq_lens.shape[0],)](
         req_pool_indices, req_to_token, seq_lens, out, req_to_token.shape[1], topk, steps)
-
-
-def hooks(version=None) -> list:
-    """``(target, function, kind, required)`` for the setting on ``version``; none, with one line,
-    where the release is not proven."""
-    from ...hooks import resolve
-    from ...releases import dense_draft_problem
-    from .draft_step import around_len_per_decode, around_prepare_for_draft
-
-    problem = dense_draft_problem(version)
-    if problem:
-        logger.info("[sglang-eagle-paged] %s", problem)
-        return []
-    PLAN.asked = True
-    out = [(_SIZING, around_len_per_decode, "around", True), (_PREPARE, around_prepare_for_draft, "around", True)]
-    for module in _READERS.values():
-        try:
-            kernel = resolve(f"{module}.{_KERNEL}")
-        except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import: decide() refuses it
-            logger.info("[sglang-eagle-paged] dense draft: %s does not import here (%s)", module, type(exc).__name__)
-            continue
-        out.append((f"{module}.{_KERNEL}", index_kernel_hook(kernel, lambda: PLAN.active), "replace", False))
-    return out

@@ -52,17 +52,18 @@ def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cu
         plan.hand_back()
     result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
                       *args, **kwargs)
-    if not plan.active or topk <= 1 or batch.forward_mode.is_idle() \
-            or batch.token_to_kv_pool_allocator.page_size <= 1:
+    if not plan.active or topk <= 1:
         return result
     rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
-    if not fault.SWITCH:
-        try:
+    try:
+        if batch.forward_mode.is_idle() or batch.token_to_kv_pool_allocator.page_size <= 1:
+            return result
+        if not fault.SWITCH:
             dense_draft.dense_out_cache_loc(rows, idx, lens, topk, num_steps, out=out)
             return result
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
-            fault.trip("dense draft slot gather (this round's slots from SGLang's page-1 slot kernel, SGLang's "
-                       "per-branch layout from the next round allocated)", exc)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
+        fault.trip("dense draft slot gather (this round's slots from SGLang's page-1 slot kernel, SGLang's "
+                   "per-branch layout from the next round allocated)", exc)
     dense_draft.sglang_page_1_slots(rows, idx, lens, topk, num_steps, out)
     return result
 
@@ -148,6 +149,24 @@ def _to_in_place(backend, forward_batch) -> None:
     fa3_in_place.rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
                                         out_cache_loc.view(-1, backend.speculative_num_steps),
                                         backend.speculative_step_id + 1)
+
+
+def dense_index_launch(launch, args, kwargs):
+    """triton's and flashinfer's draft index kernel (``generate_draft_decode_kv_indices``, launched from
+    SGLang's ``common_template``) with ``page_size`` 1 where the dense layout serves
+    (:class:`.dense_draft.DenseDraftIndices`). A fault in ours (the argument rewrite, or the launch it
+    makes) never reaches SGLang's caller: SGLang's own launch serves that call, and the layout goes
+    back as after any fault (SGLang's reserve for the rounds allocated from now on, its layout from
+    the first of them). A round already allocated dense then reads SGLang's per-branch positions of
+    its rows: slot ids of this pool all the same (rows start zeroed and only ever hold slots), so the
+    read stays in the pool and only that round's draft is off; the verify decides what is emitted."""
+    try:
+        dense = dense_draft.page_1_arguments(args, kwargs)
+        return launch(*dense, **kwargs)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's launch serves this call
+        fault.trip("dense draft index kernel (SGLang's launch for this call, SGLang's per-branch layout from "
+                   "the next round allocated)", exc)
+    return launch(*args, **kwargs)
 
 
 def around_flash_attn(original, *args, **kwargs):

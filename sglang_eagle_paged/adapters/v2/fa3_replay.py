@@ -13,7 +13,7 @@ backend's ``init_forward_metadata_out_graph(inner_fb, in_capture)`` the batch; t
   0.5.12's in every v2 release) gets ``cache_loc[:, :decode_length]``, not the whole row;
 - from 0.5.17 the page-table bound ``max_seq_len_k`` is ``seq_lens_cpu.max()`` only where the
   per-step backend's ``needs_cpu_seq_lens`` is set (the default is not), else ``max_context_len``
-  (0.5.13 and 0.5.15 use other rules: :data:`~sglang_eagle_paged.releases.FA3_FUSED_V2_PROVEN`).
+  (0.5.13 and 0.5.15 use other rules: :data:`~sglang_eagle_paged.releases.PROVEN`).
 
 So: ``expand`` installs v1's replacement of the expand builder (it takes any ``cache_loc`` width);
 ``fused`` adds an AROUND hook on the multi-step backend's ``init_forward_metadata_out_graph`` that
@@ -27,53 +27,29 @@ that call and every later one.
 
 import logging
 
-from ...hooks import Hook, resolvable
 from ...settings import FA3Expand, Settings
 from ..common import fa3_metadata
 from . import fa3_in_place
+from .sglang_api import FA3_FUSED_TARGET
 
 logger = logging.getLogger("sglang_eagle_paged")
 
-FUSED_TARGET = fa3_metadata.FA3_MULTI_STEP_BACKEND + ".init_forward_metadata_out_graph"
+FUSED_TARGET = FA3_FUSED_TARGET
 
 
 def chosen(settings: Settings, version=None) -> FA3Expand:
     """What serves on v2 ``version``: the setting; where the fused replay hook is not proven, an
     explicit ``fused`` comes down to ``expand`` and the unset default to SGLang's own builders (one
     line says which and why)."""
-    from ...releases import fa3_fused_v2_problem
+    from ...releases import unproven
 
     selection = settings.fa3_expand_for("v2")
     if selection is FA3Expand.FUSED:
-        problem = fa3_fused_v2_problem(version, explicit=settings.fa3_expand_explicit)
+        problem = unproven("fa3_fused_v2" if settings.fa3_expand_explicit else "fa3_fused_v2_default", version)
         if problem:
             logger.info("[sglang-eagle-paged] %s", problem)
             return FA3Expand.EXPAND if settings.fa3_expand_explicit else FA3Expand.OFF
     return selection
-
-
-def hooks(settings: Settings, warm_up_targets, version=None) -> list:
-    """The hooks serving ``settings`` on v2: the replacements and their warm-up after each of
-    ``warm_up_targets`` (the draft workers' ``init_attention_backend``)."""
-    selection = chosen(settings, version)
-    if selection is FA3Expand.OFF:
-        return []
-    from . import draft_step
-
-    required = settings.fa3_expand_explicit
-    out = fa3_metadata.hooks(FA3Expand.EXPAND, required, expand=draft_step.expand_hook)
-    if selection is FA3Expand.FUSED and out:
-        for target in (FUSED_TARGET, fa3_metadata.FA3_BACKEND):
-            problem = resolvable(target)
-            if problem is not None:
-                if required:
-                    raise LookupError(f"SGLANG_EAGLE_PAGED_FA3_EXPAND=fused but {target} is missing: {problem}")
-                return []
-        out.append(Hook(FUSED_TARGET, draft_step.fused_out_graph_hook, "around", required))
-    if not out:
-        return []
-    warm = warm_up_hook(FA3Expand.FUSED if len(out) > 1 else FA3Expand.EXPAND)
-    return out + [Hook(t, warm, "after", required=False) for t in warm_up_targets]
 
 
 def describe(hooked: list) -> str:
@@ -133,9 +109,10 @@ def warm_up_hook(selection: FA3Expand):
             if first is not None:
                 fa3_metadata.warm_up(first.device, multi.topk, multi.speculative_num_steps, first.page_size,
                                      selection, live_slots=True)
-        except Exception as exc:  # noqa: BLE001 -- an optimisation: the kernels compile on first use instead
-            logger.warning("[sglang-eagle-paged] FA3 draft metadata kernels not compiled ahead (%s: %s); "
-                           "they compile on first use", type(exc).__name__, str(exc)[:300])
+        except Exception as exc:  # noqa: BLE001 -- our kernels failed before serving: SGLang's builders serve
+            from . import fault
+
+            fault.trip("fa3 draft metadata warm-up", exc)
         return result
 
     return after

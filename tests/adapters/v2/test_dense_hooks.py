@@ -28,7 +28,7 @@ from helpers.draft_tree import plain_translator, prepare_for_draft  # noqa: E402
 from helpers.hook_sandbox import hook_sandbox  # noqa: E402
 from sglang_eagle_paged import hooks as hooks_mod  # noqa: E402
 from sglang_eagle_paged.adapters import v2  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points, hook_table  # noqa: E402
 from sglang_eagle_paged.settings import Settings  # noqa: E402
 from test_dense_draft import CASES, dense_case  # noqa: E402
 
@@ -151,7 +151,7 @@ def test_off_by_default_and_elsewhere_one_line(caplog):
     names = [h.target for h in v2.hooks(Settings(), "0.5.23")]
     assert not any(n.endswith(("get_alloc_len_per_decode", ".prepare_for_draft")) for n in names)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        assert dense_draft.hooks("0.5.15.post1") == []
+        assert hook_table.dense_draft_hooks(True, "0.5.15.post1") == []
     assert any("DENSE_DRAFT does nothing on SGLang 0.5.15.post1" in r.getMessage() for r in caplog.records)
     dense_draft.PLAN.reset()
 
@@ -215,3 +215,99 @@ def test_the_forward_batch_borrows_out_cache_loc_so_the_dense_rewrite_reaches_it
                 for t in n.targets if isinstance(t, ast.Attribute) and t.attr == "out_cache_loc"
                 and ast.unparse(t.value) != "batch"]
     assert replaced == []
+
+
+# ------------------------------------------------- each refusal, on SGLang's real objects (issue 64, point 6)
+
+
+def _server_args(**kw):
+    """SGLang's own server arguments for the case's tree (validated as a server validates them)."""
+    fields = dict(model_path="dummy", speculative_draft_model_path="dummy", device="cpu", page_size=4,
+                  speculative_algorithm="EAGLE", speculative_eagle_topk=3, speculative_num_steps=2,
+                  speculative_num_draft_tokens=4, attention_backend="triton")
+    fields.update(kw)
+    return ServerArgs(**fields)
+
+
+def _refused(worker, caplog) -> str:
+    """decide()'s one line for ``worker``, which must be a refusal (WARNING, plan off)."""
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        assert not dense_draft.decide(worker)
+    lines = [r for r in caplog.records if "dense draft" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING, [r.getMessage() for r in lines]
+    assert not dense_draft.PLAN.active
+    return lines[0].getMessage()
+
+
+def _covered_worker(case):
+    worker = _worker(case, _triton(case))
+    worker.server_args = _server_args(page_size=case.page)
+    return worker
+
+
+def test_the_control_a_covered_worker_with_sglangs_server_args_takes_the_dense_layout(installed):
+    """So that each refusal below can fail: the same worker, nothing changed, is covered."""
+    case, _ = dense_case(CASES[1])
+    assert dense_draft.decide(_covered_worker(case))
+
+
+def test_refused_under_prefill_decode_disaggregation(installed, caplog):
+    case, _ = dense_case(CASES[1])
+    worker = _covered_worker(case)
+    worker.server_args = _server_args(page_size=case.page, disaggregation_mode="decode")
+    assert "disaggregated decode" in _refused(worker, caplog)
+
+
+@pytest.mark.parametrize("algorithm", ["NGRAM", "DFLASH"])
+def test_refused_for_an_algorithm_it_does_not_cover(algorithm, installed, caplog):
+    case, _ = dense_case(CASES[1])
+    worker = _covered_worker(case)
+    worker.server_args.speculative_algorithm = algorithm  # the worker a server built for EAGLE, asked otherwise
+    assert f"speculative algorithm {algorithm} is not covered" in _refused(worker, caplog)
+
+
+def test_refused_for_a_pool_layout_it_does_not_serve(installed, caplog):
+    """SGLang's own no-op pool subclass (placeholder buffers): not the plain pool whose slot ``s`` is row
+    ``s`` of its K/V buffers, which the dense reads rest on."""
+    from sglang.srt.mem_cache.memory_pool import NoOpMHATokenToKVPool
+
+    case, _ = dense_case(CASES[1])
+    worker = _covered_worker(case)
+    pool = NoOpMHATokenToKVPool(case.pool.size, case.page, torch.float32, 1, 2, 1, "cpu", enable_memory_saver=False,
+                                enable_alt_stream=False)
+    worker.draft_runner.token_to_kv_pool = pool
+    worker.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(pool.size, case.page, torch.float32, "cpu", pool,
+                                                                    need_sort=False)
+    assert "the draft KV pool: NoOpMHATokenToKVPool is not the plain MHATokenToKVPool" in _refused(worker, caplog)
+
+
+def test_refused_where_the_index_kernel_is_not_hooked(caplog, monkeypatch):
+    """The setting asked (its hooks listed) but SGLang's index kernel global left as it is: the dense
+    slots would be read by SGLang's per-branch lists."""
+    dense_draft.PLAN.reset()
+    monkeypatch.setattr(fault.SWITCH, "reason", None)
+    with hook_sandbox(monkeypatch, TARGETS):
+        dense_draft.PLAN.asked = True  # what installing the other hooks says
+        case, _ = dense_case(CASES[1])
+        assert "triton's index kernel is not hooked" in _refused(_covered_worker(case), caplog)
+    dense_draft.PLAN.reset()
+
+
+def test_refused_where_the_allocation_page_differs_from_the_kv_page(installed, caplog):
+    """Decode context parallelism: SGLang's allocator pages ``page_size * attn_dcp_size`` slots
+    (``get_alloc_page_size``) over a pool of ``page_size`` pages; the dense positions are counted in the
+    pool's pages. SGLang's real allocator, built as its DCP branch builds it."""
+    case, _ = dense_case(CASES[1])
+    worker = _covered_worker(case)
+    worker.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(case.pool.size, case.page * 2, torch.float32,
+                                                                    "cpu", case.pool, need_sort=False)
+    assert "the allocation page differs from the KV page" in _refused(worker, caplog)
+
+
+def test_refused_where_a_start_up_check_fails(installed, caplog):
+    """Our gather tried once on the runner's own rows before serving: where it raises (rows SGLang's
+    runner does not hold as a tensor here), SGLang's layout, one line; never a failed start-up."""
+    case, _ = dense_case(CASES[1])
+    worker = _covered_worker(case)
+    worker.draft_runner.req_to_token_pool = SimpleNamespace(req_to_token=None)
+    assert "the check failed" in _refused(worker, caplog)

@@ -31,7 +31,7 @@ from helpers.sglang_source import undecorated
 from sglang_eagle_paged import settings
 from sglang_eagle_paged.adapters import v2
 from sglang_eagle_paged.adapters.common import fa3_metadata
-from sglang_eagle_paged.adapters.v2 import draft_step, fa3_replay, fault
+from sglang_eagle_paged.adapters.v2 import draft_step, fa3_replay, fault, hook_table
 from sglang_eagle_paged.kernels.draft_decode_metadata import (
     _draft_decode_metadata_all_steps_kernel,
     _draft_decode_metadata_kernel,
@@ -253,7 +253,8 @@ def test_fused_registration_through_hook_registry(monkeypatch, launches):
     targets = {"method": (cls, "init_forward_metadata_out_graph"), "expand": (fa3, "draft_decode_set_expand_metadata")}
     monkeypatch.setattr(cls, "init_forward_metadata_out_graph", SG.out_graph)  # SGLang's, whatever ran before
     with hook_sandbox(monkeypatch, targets) as (originals, read):
-        hooks = [h for h in fa3_replay.hooks(settings.parse({settings.FA3_EXPAND: "fused"}), []) if h.kind != "after"]
+        hooks = [h for h in hook_table.fa3_metadata_hooks(settings.parse({settings.FA3_EXPAND: "fused"}))
+                 if h.kind != "after"]
         hooked = install(hooks, "test")
         patched = read()
         assert sorted(hooked) == sorted([fa3_metadata.TARGET, fa3_replay.FUSED_TARGET])
