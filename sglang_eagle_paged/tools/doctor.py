@@ -48,7 +48,7 @@ def _self_test_once(device: str, generation: str | None) -> str:
     import torch
 
     from ..kernels import KVBufferTable, assign_tree_draft_slots, duplicate_kv_pairs
-    from ..kernels.layout import extend_lens
+    from ..tree_layout import extend_lens
     from ..kernels.reference import assign_tree_draft_slots_ref, duplicate_kv_pairs_ref
 
     page, topk, steps = 16, 4, 3
@@ -142,7 +142,7 @@ def _self_test_tree_alloc(device: str) -> str:
     import torch
 
     from ..kernels.assign import assign_tree_draft_slots_from_free_pages
-    from ..kernels.layout import extend_lens
+    from ..tree_layout import extend_lens
     from ..kernels.reference import assign_tree_draft_slots_ref, tree_slots_from_free_pages_ref
 
     r2t, rows, seq_lens, cfg = _tree_inputs()

@@ -54,6 +54,8 @@ import logging
 import torch
 
 from ...hooks import resolve
+from ...tree_layout import dense_positions, len_per_decode, paged_tree, reserve_per_decode
+from . import pools
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -71,12 +73,6 @@ _WORKERS = ("EagleDraftWorker", "StandaloneDraftWorker")
 # follows req_pool_indices, req_to_token, paged_kernel_lens, kv_indices, kv_indptr, positions, the
 # row stride or pool_len, two buffer strides and three power-of-two bounds).
 PAGE_SIZE_ARG = 12
-
-
-def dense_positions(seq_lens: torch.Tensor, topk: int, steps: int) -> torch.Tensor:
-    """Row positions of the draft slots, ``(bs, topk * steps)`` branch-major: ``L + t*steps + s``."""
-    offsets = torch.arange(topk * steps, device=seq_lens.device, dtype=torch.int64)
-    return seq_lens.to(torch.int64).view(-1, 1) + offsets.view(1, -1)
 
 
 def dense_out_cache_loc(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
@@ -149,16 +145,20 @@ def is_hooked(reader) -> bool:
 # --------------------------------------------------------------------------- the plan
 
 
-class Plan:
-    """This process's answer, decided once when the draft worker's backend exists."""
+class DenseLayout:
+    """The dense layout as one set of installed hooks serves it: built by the hook table where the
+    setting asks for it and handed to the bodies that read it (the scheduler's reserve, the draft
+    preparation, the index kernel, the warm-up), never a module global. It holds what is the
+    process's and not one runner's: the scheduler's reserve and the fault switch are per process,
+    so the layout is too; which runner it serves is that runner's plan (:mod:`.draft_plan`).
+    Decided once (:func:`decide`), when the draft worker's backend exists."""
 
-    def __init__(self):
-        self.asked = False          # the setting is on and the hooks are installed
+    def __init__(self, backends=None):
+        self.backends = backends    # auto: the backends the GPU suite proved (None: every one covered)
         self.active = False         # the dense layout serves
         self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
         self.decided = None         # the line that said so
         self.sglang_reserve = False  # since a fault, SGLang's reserve was handed out: rounds allocated for its layout
-        self.backends = None        # auto: the backends the GPU suite proved (None: every one covered)
 
     def hand_back(self) -> None:
         """SGLang's per-branch layout from this round on (its rows were allocated with SGLang's reserve)."""
@@ -166,14 +166,8 @@ class Plan:
         logger.warning("[sglang-eagle-paged] dense draft layout handed back after a fault: SGLang's per-branch "
                        "layout and reserve serve from this round on")
 
-    def reset(self):
-        self.__init__()
 
-
-PLAN = Plan()
-
-
-def refusal(worker) -> str | None:
+def refusal(worker, dense: DenseLayout) -> str | None:
     """None where the dense layout covers ``worker`` (a v2 draft worker after ``init_attention_backend``);
     else why not, in one line."""
     runner = getattr(worker, "draft_runner", None)
@@ -182,9 +176,9 @@ def refusal(worker) -> str | None:
     name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
     if name is None:
         return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
-    if PLAN.backends is not None and name not in PLAN.backends:
+    if dense.backends is not None and name not in dense.backends:
         return (f"{name} is not proven by the GPU suite (SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto serves "
-                f"{', '.join(PLAN.backends) or 'none'}; =1 asks for it)")
+                f"{', '.join(dense.backends) or 'none'}; =1 asks for it)")
     if type(worker).__name__ not in _WORKERS:
         return f"{type(worker).__name__} is not covered (EAGLE, EAGLE3 and STANDALONE draft workers are)"
     args = getattr(worker, "server_args", None)
@@ -205,8 +199,6 @@ def refusal(worker) -> str | None:
     translator = getattr(backend, "kv_index_translator", None)
     if translator is not None and getattr(translator, "is_translating", True):
         return "translated KV reads"
-    from . import pools
-
     pool = getattr(runner, "token_to_kv_pool", None)
     problem = pools.layout_reason(pool)
     if problem is not None:
@@ -217,17 +209,17 @@ def refusal(worker) -> str | None:
     return None
 
 
-def decide(worker) -> bool:
-    """Turn the plan on for this process where ``worker`` is covered; one line either way, once."""
-    if not PLAN.asked or PLAN.decided is not None:
-        return PLAN.active
+def decide(worker, dense: DenseLayout | None) -> bool:
+    """Turn ``dense`` on where ``worker`` is covered; one line either way, once (None: not asked)."""
+    if dense is None or dense.decided is not None:
+        return dense is not None and dense.active
     topk = getattr(worker, "topk", 1) or 1
     runner = getattr(worker, "draft_runner", None)
     page = getattr(getattr(runner, "token_to_kv_pool", None), "page_size", 1) or 1
-    if topk <= 1 or page <= 1:
+    if not paged_tree(page, topk):
         return False  # SGLang's layout is page 1's already
     try:
-        problem = refusal(worker)
+        problem = refusal(worker, dense)
         if problem is None:  # our gather once on the runner's own rows, before serving
             rows = runner.req_to_token_pool.req_to_token
             zero = torch.zeros(1, dtype=torch.int64, device=rows.device)
@@ -237,18 +229,16 @@ def decide(worker) -> bool:
     steps = getattr(worker, "speculative_num_steps", 1) or 1
     tokens = getattr(worker, "speculative_num_draft_tokens", 0) or 0
     if problem is None:
-        from ...kv_reserve import reserve_per_decode
-
-        PLAN.len_per_decode = max(steps * topk, tokens)
-        PLAN.active = True
-        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
-                        f"slots of page 1, nothing copied, {2 * PLAN.len_per_decode:,} KV slots reserved per running "
-                        f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")
-        logger.info(PLAN.decided)
+        dense.len_per_decode = len_per_decode(page, topk, steps, tokens, dense=True)
+        dense.active = True
+        dense.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
+                         f"slots of page 1, nothing copied, {2 * dense.len_per_decode:,} KV slots reserved per running "
+                         f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")
+        logger.info(dense.decided)
     else:
-        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout off, SGLang's per-branch layout serves: {problem}")
-        logger.warning(PLAN.decided)
-    return PLAN.active
+        dense.decided = (f"[sglang-eagle-paged] dense draft layout off, SGLang's per-branch layout serves: {problem}")
+        logger.warning(dense.decided)
+    return dense.active
 
 
 # --------------------------------------------------------------------------- the hooks

@@ -32,27 +32,26 @@ from . import dense_draft, draft_plan, fa3_in_place, fa3_replay, fault
 # --------------------------------------------------------------------------- 1, 2: the dense layout
 
 
-def around_len_per_decode(original, *args, **kwargs):
+def around_len_per_decode(dense, original, *args, **kwargs):
+    """The scheduler's per-step allocation (``dense``: the installed :class:`.dense_draft.DenseLayout`)."""
     value = original(*args, **kwargs)
-    plan = dense_draft.PLAN
-    if not plan.active or plan.len_per_decode is None:
+    if not dense.active or dense.len_per_decode is None:
         return value
     if fault.SWITCH:  # SGLang's reserve for every round allocated from now on: its layout can serve them
-        plan.sglang_reserve = True
+        dense.sglang_reserve = True
         return value
-    return min(value, plan.len_per_decode)  # never more than SGLang's own
+    return min(value, dense.len_per_decode)  # never more than SGLang's own
 
 
-def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner,
-                             topk, num_steps, *args, **kwargs):
-    plan = dense_draft.PLAN
+def around_prepare_for_draft(dense, original, draft_input, req_to_token_pool, batch, cuda_graph_runner,
+                             draft_model_runner, topk, num_steps, *args, **kwargs):
     # after a fault: the first draft whose round was allocated with SGLang's reserve (a scheduling step
     # asked for it since; none is asked inside a forward) takes SGLang's layout, before its paged branch
-    if plan.active and plan.sglang_reserve:
-        plan.hand_back()
+    if dense.active and dense.sglang_reserve:
+        dense.hand_back()
     result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
                       *args, **kwargs)
-    if not plan.active or topk <= 1:
+    if not dense.active or topk <= 1:
         return result
     rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
     try:
@@ -71,8 +70,9 @@ def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cu
 # --------------------------------------------------------------------------- 3: the prefix-tail copy
 
 
-def duplication_hook(mode: Mode):
-    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake)."""
+def duplication_hook(mode: Mode, dense=None):
+    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake);
+    ``dense``: the installed :class:`.dense_draft.DenseLayout` (None: not asked)."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")
@@ -83,7 +83,7 @@ def duplication_hook(mode: Mode):
         # SGLang's own early return (topk 1: no other branch to fill); fake copies nothing; the dense
         # layout has no prefix tail to copy, before the fault rule too, since its rounds were
         # allocated without the per-branch pages SGLang's function would write
-        if topk <= 1 or fake or dense_draft.PLAN.active:
+        if topk <= 1 or fake or (dense is not None and dense.active):
             return None
         if not fault.SWITCH:
             try:
@@ -107,9 +107,12 @@ def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND ``FlashAttentionMultiStepBackend.init_forward_metadata_out_graph``: every step's replay
     metadata in one launch where that writes what SGLang would (:mod:`.fa3_replay`)."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and not fault.SWITCH and isinstance(bs, int) and not fa3_replay.reads_in_place(multi):
+    if not in_capture and not fault.SWITCH and isinstance(bs, int):
         try:
-            if fa3_replay.wrote_fused(multi, forward_batch, bs):
+            plan = draft_plan.for_fa3(multi)
+            # a backend whose steps reach no pool has no runner's plan (tools, benchmarks): its path now
+            path = plan.fa3 if plan is not None else draft_plan.fa3_path(multi)
+            if path is not None and fa3_replay.wrote_fused(multi, forward_batch, bs, path):
                 return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
             fault.trip("fa3 fused draft metadata", exc)

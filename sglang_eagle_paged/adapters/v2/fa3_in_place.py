@@ -44,13 +44,12 @@ not imported here.
 
 import logging
 
-from . import fault, pools
+from . import backends, fault, pools
 from . import sglang_api as api
 
 TARGETS = {"init": api.FA3_INIT, "eager": api.FA3_EAGER_METADATA, "graph": api.FA3_GRAPH_METADATA,
            "kernel": api.FA3_KERNEL}
-REASON = ("fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): the first pass reads the prefix's "
-          "partial last page, the expand pass only each branch's own draft slots")
+REASON = backends.REASON_IN_PLACE
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -160,6 +159,11 @@ def after_backend_init(result, backend, *args, **kwargs):
     if problem is not None:
         logger.info("[sglang-eagle-paged] fa3 in place off, the prefix tail is copied: %s", problem)
     return None
+
+
+def covered(step) -> bool:
+    """Whether :func:`after_backend_init` found ``step`` (a per-step FA3 backend) covered."""
+    return getattr(step, MARK, False)
 
 
 def reads_in_place(draft_backend) -> bool:

@@ -29,7 +29,6 @@ import logging
 
 from ...settings import FA3Expand, Settings
 from ..common import fa3_metadata
-from . import fa3_in_place
 from .sglang_api import FA3_FUSED_TARGET
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -58,41 +57,17 @@ def describe(hooked: list) -> str:
     return "expand" if fa3_metadata.TARGET in hooked else "SGLang's"
 
 
-def _max_seq_len_k(backends, forward_batch, bs):
-    """SGLang's page-table bound of every step (0.5.17 ..), or None where the steps disagree or
-    an attribute it reads is not there."""
-    out = set()
-    for b in backends:
-        needs = getattr(b, "needs_cpu_seq_lens", None)
-        limit = getattr(b, "max_context_len", None)
-        if not isinstance(needs, bool) or not isinstance(limit, int):
-            return None
-        cpu = forward_batch.seq_lens_cpu if needs else None
-        out.add(int(cpu[:bs].max()) if cpu is not None else limit)  # a CPU tensor: no device sync
-    return out.pop() if len(out) == 1 else None
-
-
-def wrote_fused(multi, forward_batch, bs) -> bool:
-    """Every step's metadata in one launch, where that writes exactly what SGLang would."""
-    backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
-    # SGLang asserts the live slots fit the expand table; where they do not, it raises
-    if backends is None or not all(
-            min(b.speculative_step_id + 1, b.speculative_num_steps)
-            <= b.draft_decode_metadata_topk_expand[bs].page_table.shape[1] for b in backends):
+def wrote_fused(multi, forward_batch, bs, path) -> bool:
+    """Every step's metadata in one launch, where that writes exactly what SGLang would; ``path``: the
+    draft runner's :class:`.draft_plan.Fa3Path` (the steps, their bound rule, the batch sizes that fit)."""
+    if not path.fused or not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) \
+            or not path.fits_at(bs):
         return False
-    max_seq_len_k = _max_seq_len_k(backends, forward_batch, bs)
+    max_seq_len_k = path.page_bound(forward_batch, bs)
     if max_seq_len_k is None:
         return False
-    fa3_metadata.write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=True)
+    fa3_metadata.write_fused(multi, list(path.steps), forward_batch, bs, max_seq_len_k, live_slots=True)
     return True
-
-
-def reads_in_place(multi) -> bool:
-    """Whether fa3 in place marked a step backend of ``multi``: it rewrites each step's metadata
-    after SGLang's per-step builders (its AFTER hooks), and a graph captured with its per-token
-    view reads only that form, which the fused writer does not write; so such a draft backend
-    keeps SGLang's builders (whether or not in place has switched itself off since)."""
-    return any(getattr(b, fa3_in_place.MARK, False) for b in (getattr(multi, "attn_backends", None) or ()))
 
 
 def warm_up_hook(selection: FA3Expand):

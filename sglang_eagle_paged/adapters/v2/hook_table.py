@@ -19,6 +19,7 @@ nothing under it imports this module.
 | the draft workers' ``init_attention_backend``           | after   | fa3 metadata: compile ahead  |
 """
 
+import functools
 import logging
 import pkgutil
 
@@ -26,7 +27,7 @@ from ... import releases
 from ...hooks import Hook, resolvable, resolve
 from ...settings import FA3Expand, Mode, Settings
 from ..common import fa3_metadata
-from . import dense_draft, draft_step, fa3_in_place, fa3_replay, fault, hook_points, warm_up
+from . import dense_draft, draft_plan, draft_step, fa3_in_place, fa3_replay, fault, hook_points, warm_up
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -61,14 +62,16 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
     if mode is Mode.OFF:
         return []
     s = settings_or_mode if isinstance(settings_or_mode, Settings) else None
+    dense = dense_draft_layout(s.dense_draft, version) if mode is Mode.ON and s is not None else None
     home = hook_points.home_for(version if version is not None else hook_points.installed_version())
-    out = [Hook(home.target, draft_step.duplication_hook(mode), "around")]
+    out = [Hook(home.target, draft_step.duplication_hook(mode, dense), "around")]
     if mode is Mode.ON:  # fake launches nothing: nothing to compile
-        out += [Hook(t, warm_up.after_hook, "after", required=False, purpose=WARM_UP) for t in warm_up_targets()]
+        after = functools.partial(warm_up.after_hook, options=draft_plan.Options(dense=dense))
+        out += [Hook(t, after, "after", required=False, purpose=WARM_UP) for t in warm_up_targets()]
     if mode is Mode.ON and s is not None and s.fa3_in_place:
         out += fa3_in_place_hooks(version)
-    if mode is Mode.ON and s is not None:
-        out += dense_draft_hooks(s.dense_draft, version)
+    if dense is not None:
+        out += dense_draft_hooks(dense)
     if s is not None:  # on and fake alike, as on v1: an A/B differs by the copy only
         out += fa3_metadata_hooks(s, version)
     return [under_the_fault_rule(h) for h in out]
@@ -95,27 +98,30 @@ def fa3_in_place_hooks(version: str | None = None) -> list:
             Hook(api.FA3_KERNEL, draft_step.around_flash_attn, "around")]
 
 
-def dense_draft_hooks(asked: bool | None, version: str | None = None) -> list:
-    """The dense layout's hooks: asked (``1``) where it is CPU-proven for ``version``; by default
-    (``auto``, None) only where the GPU suite proved it, for the backends it proved, with one line
-    where that is nowhere."""
+def dense_draft_layout(asked: bool | None, version: str | None = None):
+    """The :class:`.dense_draft.DenseLayout` these hooks serve, or None: asked (``1``) where it is
+    CPU-proven for ``version``; by default (``auto``, None) only where the GPU suite proved it, for
+    the backends it proved; one line where it is not installed although asked or by default."""
     if asked is False:
-        return []
+        return None
     backends = None
     if asked is None:
         backends = releases.proven_backends("dense_draft_auto", version)
         if not backends:
             logger.info("[sglang-eagle-paged] dense draft layout off: %s",
                         releases.unproven("dense_draft_auto", version) or "no draft decode backend proven")
-            return []
+            return None
     problem = releases.unproven("dense_draft", version)
     if problem:
         logger.info("[sglang-eagle-paged] %s", problem)
-        return []
-    dense_draft.PLAN.asked = True
-    dense_draft.PLAN.backends = backends
-    out = [Hook(api.ALLOC_LEN_PER_DECODE, draft_step.around_len_per_decode, "around"),
-           Hook(api.PREPARE_FOR_DRAFT, draft_step.around_prepare_for_draft, "around")]
+        return None
+    return dense_draft.DenseLayout(backends)
+
+
+def dense_draft_hooks(dense) -> list:
+    """The dense layout's per-round hooks, each handed ``dense`` (a :class:`.dense_draft.DenseLayout`)."""
+    out = [Hook(api.ALLOC_LEN_PER_DECODE, functools.partial(draft_step.around_len_per_decode, dense), "around"),
+           Hook(api.PREPARE_FOR_DRAFT, functools.partial(draft_step.around_prepare_for_draft, dense), "around")]
     for module in (api.TRITON_MODULE, api.FLASHINFER_MODULE):
         target = f"{module}.{api.INDEX_KERNEL}"
         try:
@@ -123,7 +129,7 @@ def dense_draft_hooks(asked: bool | None, version: str | None = None) -> list:
         except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import: decide() refuses it
             logger.info("[sglang-eagle-paged] dense draft: %s does not import here (%s)", module, type(exc).__name__)
             continue
-        index = dense_draft.index_kernel_hook(kernel, lambda: dense_draft.PLAN.active, draft_step.dense_index_launch)
+        index = dense_draft.index_kernel_hook(kernel, lambda: dense.active, draft_step.dense_index_launch)
         out.append(Hook(target, index, "replace", required=False))
     return out
 
@@ -148,3 +154,13 @@ def fa3_metadata_hooks(s: Settings, version: str | None = None) -> list:
         return []
     warm = fa3_replay.warm_up_hook(FA3Expand.FUSED if len(out) > 1 else FA3Expand.EXPAND)
     return out + [Hook(t, warm, "after", required=False, purpose=FA3_WARM_UP) for t in warm_up_targets()]
+
+
+def dense_layout_of(hooks: list):
+    """The :class:`.dense_draft.DenseLayout` a hook list from :func:`hooks` serves, or None (tests and
+    tools: what the bodies were handed)."""
+    for hook in hooks:
+        body = getattr(hook.function, "body", hook.function)
+        if hook.target == api.ALLOC_LEN_PER_DECODE and isinstance(body, functools.partial):
+            return body.args[0]
+    return None

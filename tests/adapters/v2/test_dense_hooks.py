@@ -43,14 +43,14 @@ TARGETS = {
 
 @pytest.fixture
 def installed(monkeypatch):
-    dense_draft.PLAN.reset()
+    """The hooks of SGLANG_EAGLE_PAGED_DENSE_DRAFT=1 installed with SGLang's HookRegistry as a server
+    installs them; yields (originals, the targets now, hooked, the dense layout the bodies were handed)."""
     monkeypatch.setattr(fault.SWITCH, "reason", None)
     with hook_sandbox(monkeypatch, TARGETS) as (originals, read):
-        settings = Settings(dense_draft=True)
-        hooked = hooks_mod.install([h for h in v2.hooks(settings, "0.5.23")
+        listed = v2.hooks(Settings(dense_draft=True), "0.5.23")
+        hooked = hooks_mod.install([h for h in listed
                                     if h.target.split(".")[-1] in {a for _, a in TARGETS.values()}], "test")
-        yield originals, read(), hooked
-    dense_draft.PLAN.reset()
+        yield originals, read(), hooked, hook_table.dense_layout_of(listed)
 
 
 def _worker(case, backend, cls=eagle_worker_v2.EagleDraftWorker, **args):
@@ -74,7 +74,7 @@ def _triton(case, **kw):
 
 
 def test_every_hook_takes_where_sglang_calls_it(installed):
-    originals, now, hooked = installed
+    originals, now, hooked, _dense = installed
     assert set(hooked) == {f"{m.__name__}.{a}" for m, a in TARGETS.values()}
     for name in ("triton", "flashinfer"):
         assert dense_draft.is_hooked(now[name]) and now[name].dense.kernel is originals[name]
@@ -96,8 +96,8 @@ def test_the_reserve_is_page_1s_once_the_plan_is_on(installed, caplog):
         worker = _worker(case, _triton(case))
         worker.topk, worker.speculative_num_steps, worker.speculative_num_draft_tokens = 8, 5, 64
         with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-            assert dense_draft.decide(worker)
-            assert dense_draft.decide(worker)  # once per process
+            assert dense_draft.decide(worker, installed[3])
+            assert dense_draft.decide(worker, installed[3])  # once per process
         assert reserve() == 128
     lines = [r.getMessage() for r in caplog.records if "dense draft" in r.getMessage()]
     assert len(lines) == 1 and "128 KV slots reserved" in lines[0] and "instead of 2,048" in lines[0]
@@ -114,16 +114,16 @@ def test_the_reserve_is_page_1s_once_the_plan_is_on(installed, caplog):
 def test_what_is_not_covered_keeps_sglangs_layout_in_one_line(why, make, installed, caplog):
     case, _ = dense_case(CASES[1])
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        assert not dense_draft.decide(make(case))
+        assert not dense_draft.decide(make(case), installed[3])
     lines = [r for r in caplog.records if "dense draft" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING and why in lines[0].getMessage()
-    assert not dense_draft.PLAN.active
+    assert not installed[3].active
 
 
 @pytest.mark.parametrize("params", CASES[:4], ids=lambda c: f"page{c[3]}-topk{c[2]}-steps{c[4]}")
 def test_sglangs_prepare_for_draft_gives_the_dense_slots_and_copies_nothing(params, installed, monkeypatch):
     case, dense = dense_case(params)
-    assert dense_draft.decide(_worker(case, _triton(case)))
+    assert dense_draft.decide(_worker(case, _triton(case)), installed[3])
     prep = prepare_for_draft(case, monkeypatch)  # SGLang's own, through the hooks
     assert torch.equal(prep.out_cache_loc, dense.out_cache_loc)
     assert prep.tgt.numel() == 0  # the duplication copied nothing
@@ -131,7 +131,7 @@ def test_sglangs_prepare_for_draft_gives_the_dense_slots_and_copies_nothing(para
 
 def test_a_gather_fault_hands_the_slots_to_sglangs_page_1_kernel_in_one_error_line(installed, monkeypatch, caplog):
     case, dense = dense_case(CASES[2])
-    assert dense_draft.decide(_worker(case, _triton(case)))
+    assert dense_draft.decide(_worker(case, _triton(case)), installed[3])
 
     def broken(*_a, **_k):
         raise KeyError("broken on purpose")
@@ -143,7 +143,7 @@ def test_a_gather_fault_hands_the_slots_to_sglangs_page_1_kernel_in_one_error_li
             assert torch.equal(prep.out_cache_loc, dense.out_cache_loc) and prep.tgt.numel() == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "KeyError" in errors[0]
-    assert dense_draft.PLAN.active  # the layout stays dense: rounds in flight were allocated for it
+    assert installed[3].active  # the layout stays dense: rounds in flight were allocated for it
 
 
 def test_off_by_default_and_elsewhere_one_line(caplog):
@@ -151,9 +151,8 @@ def test_off_by_default_and_elsewhere_one_line(caplog):
     names = [h.target for h in v2.hooks(Settings(), "0.5.23")]
     assert not any(n.endswith(("get_alloc_len_per_decode", ".prepare_for_draft")) for n in names)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        assert hook_table.dense_draft_hooks(True, "0.5.15.post1") == []
+        assert hook_table.dense_draft_layout(True, "0.5.15.post1") is None
     assert any("DENSE_DRAFT does nothing on SGLang 0.5.15.post1" in r.getMessage() for r in caplog.records)
-    dense_draft.PLAN.reset()
 
 
 @pytest.mark.parametrize("reader", ["triton", "flashinfer"])
@@ -162,7 +161,7 @@ def test_sglangs_draft_backends_read_page_1s_keys_through_the_installed_hook(rea
     from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width
 
     case, dense = dense_case(CASES[5])  # page 256
-    assert dense_draft.decide(_worker(case, _triton(case)))
+    assert dense_draft.decide(_worker(case, _triton(case)), installed[3])
     monkeypatch.setenv("SGLANG_OPT_FLASHINFER_DRAFT_HOST_INDPTR", "0")
     cls = trb.TritonMultiStepDraftBackend if reader == "triton" else fib.FlashInferMultiStepDraftBackend
     be = _multi_step_backend(cls, case, case.page)
@@ -229,13 +228,13 @@ def _server_args(**kw):
     return ServerArgs(**fields)
 
 
-def _refused(worker, caplog) -> str:
-    """decide()'s one line for ``worker``, which must be a refusal (WARNING, plan off)."""
+def _refused(worker, caplog, dense) -> str:
+    """decide()'s one line for ``worker``, which must be a refusal (WARNING, the layout off)."""
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        assert not dense_draft.decide(worker)
+        assert not dense_draft.decide(worker, dense)
     lines = [r for r in caplog.records if "dense draft" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING, [r.getMessage() for r in lines]
-    assert not dense_draft.PLAN.active
+    assert not dense.active
     return lines[0].getMessage()
 
 
@@ -248,14 +247,14 @@ def _covered_worker(case):
 def test_the_control_a_covered_worker_with_sglangs_server_args_takes_the_dense_layout(installed):
     """So that each refusal below can fail: the same worker, nothing changed, is covered."""
     case, _ = dense_case(CASES[1])
-    assert dense_draft.decide(_covered_worker(case))
+    assert dense_draft.decide(_covered_worker(case), installed[3])
 
 
 def test_refused_under_prefill_decode_disaggregation(installed, caplog):
     case, _ = dense_case(CASES[1])
     worker = _covered_worker(case)
     worker.server_args = _server_args(page_size=case.page, disaggregation_mode="decode")
-    assert "disaggregated decode" in _refused(worker, caplog)
+    assert "disaggregated decode" in _refused(worker, caplog, installed[3])
 
 
 @pytest.mark.parametrize("algorithm", ["NGRAM", "DFLASH"])
@@ -263,7 +262,7 @@ def test_refused_for_an_algorithm_it_does_not_cover(algorithm, installed, caplog
     case, _ = dense_case(CASES[1])
     worker = _covered_worker(case)
     worker.server_args.speculative_algorithm = algorithm  # the worker a server built for EAGLE, asked otherwise
-    assert f"speculative algorithm {algorithm} is not covered" in _refused(worker, caplog)
+    assert f"speculative algorithm {algorithm} is not covered" in _refused(worker, caplog, installed[3])
 
 
 def test_refused_for_a_pool_layout_it_does_not_serve(installed, caplog):
@@ -278,19 +277,17 @@ def test_refused_for_a_pool_layout_it_does_not_serve(installed, caplog):
     worker.draft_runner.token_to_kv_pool = pool
     worker.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(pool.size, case.page, torch.float32, "cpu", pool,
                                                                     need_sort=False)
-    assert "the draft KV pool: NoOpMHATokenToKVPool is not the plain MHATokenToKVPool" in _refused(worker, caplog)
+    assert "the draft KV pool: NoOpMHATokenToKVPool is not the plain MHATokenToKVPool" in _refused(worker, caplog, installed[3])
 
 
 def test_refused_where_the_index_kernel_is_not_hooked(caplog, monkeypatch):
     """The setting asked (its hooks listed) but SGLang's index kernel global left as it is: the dense
     slots would be read by SGLang's per-branch lists."""
-    dense_draft.PLAN.reset()
     monkeypatch.setattr(fault.SWITCH, "reason", None)
     with hook_sandbox(monkeypatch, TARGETS):
-        dense_draft.PLAN.asked = True  # what installing the other hooks says
         case, _ = dense_case(CASES[1])
-        assert "triton's index kernel is not hooked" in _refused(_covered_worker(case), caplog)
-    dense_draft.PLAN.reset()
+        dense = dense_draft.DenseLayout()  # what the hook table hands the other hooks
+        assert "triton's index kernel is not hooked" in _refused(_covered_worker(case), caplog, dense)
 
 
 def test_refused_where_the_allocation_page_differs_from_the_kv_page(installed, caplog):
@@ -301,7 +298,7 @@ def test_refused_where_the_allocation_page_differs_from_the_kv_page(installed, c
     worker = _covered_worker(case)
     worker.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(case.pool.size, case.page * 2, torch.float32,
                                                                     "cpu", case.pool, need_sort=False)
-    assert "the allocation page differs from the KV page" in _refused(worker, caplog)
+    assert "the allocation page differs from the KV page" in _refused(worker, caplog, installed[3])
 
 
 def test_refused_where_a_start_up_check_fails(installed, caplog):
@@ -310,4 +307,4 @@ def test_refused_where_a_start_up_check_fails(installed, caplog):
     case, _ = dense_case(CASES[1])
     worker = _covered_worker(case)
     worker.draft_runner.req_to_token_pool = SimpleNamespace(req_to_token=None)
-    assert "the check failed" in _refused(worker, caplog)
+    assert "the check failed" in _refused(worker, caplog, installed[3])

@@ -44,7 +44,8 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 
 from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points  # noqa: E402
-from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc, dense_positions  # noqa: E402
+from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc  # noqa: E402
+from sglang_eagle_paged.tree_layout import dense_positions  # noqa: E402
 from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -79,15 +80,17 @@ def dense_hooks(monkeypatch):
     from sglang_eagle_paged.adapters import v2
     from sglang_eagle_paged.settings import Settings
 
+    from sglang_eagle_paged.adapters.v2 import hook_table
+
     monkeypatch.setattr(fault.SWITCH, "reason", None)
-    for name, value in (("asked", True), ("active", True), ("len_per_decode", None), ("decided", None),
-                        ("sglang_reserve", False)):  # before the hooks: hook_table.dense_draft_hooks sets "asked"
-        monkeypatch.setattr(dense_draft.PLAN, name, value)
     with hook_sandbox(monkeypatch, HOOKED) as (_originals, read):
         wanted = {f"{m.__name__}.{a}" for m, a in HOOKED.values()}
-        hooks.install([h for h in v2.hooks(Settings(dense_draft=True), "0.5.23") if h.target in wanted], "test")
+        listed = v2.hooks(Settings(dense_draft=True), "0.5.23")
+        hooks.install([h for h in listed if h.target in wanted], "test")
         read()  # what the sandbox puts back wherever the registry rebound it
-        yield dense_draft.PLAN
+        dense = hook_table.dense_layout_of(listed)
+        dense.active = True  # as dense_draft.decide turns it on (the test sets len_per_decode for its tree)
+        yield dense
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +239,14 @@ class Server:
             self.rows.free(state)
 
 
-def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
+def _serve(dense, page, topk, steps, seed, draft=None, before_round=None, rounds=6):
     """Rounds at page 1 and at ``page`` with the same requests, lengths, accepted paths and KV values:
     new requests, a decode round for all (``draft`` as :meth:`Server.decode` takes it; ``before_round(i)``
     first), some finish; every request's committed KV compared after each round, every slot returned at
     the end. Returns the reserve SGLang allocated each round with at ``page``."""
     rng = random.Random(seed)
     tokens = rng.randint(steps + 1, topk * steps)
-    dense_draft.PLAN.len_per_decode = max(steps * topk, tokens)  # what dense_draft.decide sets for this tree
+    dense.len_per_decode = max(steps * topk, tokens)  # what dense_draft.decide sets for this tree
     width = 64 * page + 2 * reserve_per_decode(page, topk, steps, tokens)
     size = 40 * width
     servers = [Server(1, size, 12, width), Server(page, size, 12, width)]
@@ -284,7 +287,7 @@ def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
 
 @pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
 def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context, dense_hooks):
-    reserves, tokens = _serve(page, topk, steps, seed)
+    reserves, tokens = _serve(dense_hooks, page, topk, steps, seed)
     assert set(reserves) == {reserve_per_decode(page, topk, steps, tokens, dense=True)}  # page 1's, through the hook
 
 
@@ -338,7 +341,7 @@ def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk
         assert torch.isin(prep.tgt, owned).all(), "a prefix-tail copy outside the requests' allocations"
         if server.page > 1:
             faulted = bool(fault.SWITCH)
-            drafted.append((dense_draft.PLAN.active, prep.tgt.numel()))
+            drafted.append((dense_hooks.active, prep.tgt.numel()))
             case, lists = _index_lists(server, rows, seq_lens, prep, topk, steps)
             case.lens = [int(n) for n in seq_lens]
             if not (origin == "index kernel" and len(drafted) == FAULT + 1) and not (faulted and drafted[-1][0]):
@@ -356,7 +359,7 @@ def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk
             monkeypatch.setattr(dense_draft, name, broken)
 
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        reserves, tokens = _serve(page, topk, steps, seed, draft, before_round)
+        reserves, tokens = _serve(dense_hooks, page, topk, steps, seed, draft, before_round)
     dense = reserve_per_decode(page, topk, steps, tokens, dense=True)
     assert reserves == [dense] * (FAULT + 1) + [reserve_per_decode(page, topk, steps, tokens)] * (5 - FAULT)
     assert [on for on, _ in drafted] == [True] * (FAULT + 1) + [False] * (5 - FAULT)

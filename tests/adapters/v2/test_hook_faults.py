@@ -29,7 +29,7 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 from sglang_eagle_paged import FAULT_MARK  # noqa: E402
 from sglang_eagle_paged.adapters import v2  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import dense_draft, draft_step, fa3_in_place, fa3_replay, fault  # noqa: E402
+from sglang_eagle_paged.adapters.v2 import dense_draft, draft_plan, draft_step, fa3_in_place, fault, hook_table  # noqa: E402,E501
 from sglang_eagle_paged.settings import Settings  # noqa: E402
 
 torch.set_num_threads(1)
@@ -131,8 +131,9 @@ def _flash_attn(hook, monkeypatch):
 
 def _sizing(hook, monkeypatch, fa3_context):
     """The scheduler's reserve: SGLang's own where ours faults."""
-    monkeypatch.setattr(dense_draft.PLAN, "active", True)
-    monkeypatch.setattr(dense_draft.PLAN, "len_per_decode", SimpleNamespace())  # min() of it raises in our body
+    dense = _dense_of(hook)
+    monkeypatch.setattr(dense, "active", True)
+    monkeypatch.setattr(dense, "len_per_decode", SimpleNamespace())  # min() of it raises in our body
     sglangs = Sglangs(sizing.get_alloc_len_per_decode)
     with fa3_context(page=64, topk=8, steps=5, tokens=64):
         got = hook.function(sglangs)
@@ -145,7 +146,7 @@ def _prepare(hook, monkeypatch):
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, token_to_kv_pool_allocator=SimpleNamespace(page_size=PAGE),
                             req_pool_indices=torch.tensor([0]), seq_lens=torch.tensor([5]),
                             out_cache_loc=torch.zeros(TOPK * STEPS, dtype=torch.int64))
-    monkeypatch.setattr(dense_draft.PLAN, "active", True)
+    monkeypatch.setattr(_dense_of(hook), "active", True)
     monkeypatch.setattr(dense_draft, "dense_out_cache_loc", _broken("our slot gather"))
     sglangs = Sglangs(lambda *a, **k: "SGLang's result")  # its paged branch needs a model runner: test_dense_hooks
     got = hook.function(sglangs, None, SimpleNamespace(req_to_token=rows), batch, None, None, TOPK, STEPS)
@@ -159,7 +160,7 @@ def _index_kernel(hook, monkeypatch):
     from sglang.srt.layers.attention import triton_backend as trb
 
     case, prep = dense_case(CASES[1])
-    monkeypatch.setattr(dense_draft.PLAN, "active", True)
+    monkeypatch.setattr(hook.function.dense, "active", lambda: True)  # the layout serves this launch
     monkeypatch.setattr(dense_draft, "page_1_arguments", _broken("our argument rewrite"))
     lists = {}
     for name, kernel in (("ours", hook.function), ("sglang's", cache_locs.generate_draft_decode_kv_indices)):
@@ -190,7 +191,7 @@ def _expand(hook, monkeypatch):
 
 
 def _fused(hook, monkeypatch):
-    monkeypatch.setattr(fa3_replay, "wrote_fused", _broken("our fused metadata"))
+    monkeypatch.setattr(draft_plan, "for_fa3", _broken("our fused metadata's plan"))
     sglangs = Sglangs(lambda *a, **k: "SGLang's replay")
     got = hook.function(sglangs, SimpleNamespace(attn_backends=[]), SimpleNamespace(batch_size=2, spec_info=None))
     return sglangs.calls == 1 and got == "SGLang's replay"
@@ -211,8 +212,18 @@ CASES = {
 }
 
 
+_INSTALLED = []
+
+
 def _installed():
-    return v2.hooks(EVERY_OPT_IN, "0.5.23")
+    """The hook list, built once (its bodies share one dense layout, as a server's do)."""
+    if not _INSTALLED:
+        _INSTALLED.extend(v2.hooks(EVERY_OPT_IN, "0.5.23"))
+    return _INSTALLED
+
+
+def _dense_of(_hook):
+    return hook_table.dense_layout_of(_installed())
 
 
 def test_every_installed_hook_has_a_case():
@@ -236,9 +247,9 @@ def fa3_context():
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(fault.SWITCH, "reason", None)
-    for name, value in (("asked", True), ("active", False), ("len_per_decode", None), ("decided", None),
-                        ("sglang_reserve", False)):
-        monkeypatch.setattr(dense_draft.PLAN, name, value)
+    dense = hook_table.dense_layout_of(_installed())
+    for name, value in vars(dense_draft.DenseLayout(dense.backends)).items():  # as built, nothing decided
+        monkeypatch.setattr(dense, name, value)
 
 
 @pytest.mark.parametrize("index", range(len(_installed())),
