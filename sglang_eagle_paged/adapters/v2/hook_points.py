@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from ...hooks import resolvable, resolve
-from . import sglang_api
+# DRAFT_WORKERS, WARM_UP_METHOD: the draft workers' warm-up targets, read here by the tests and tools
+from .sglang_api import DRAFT_WORKERS, DUPLICATE, DUPLICATE_HOMES, DUPLICATE_PARAMETERS, WARM_UP_METHOD  # noqa: F401
 
-FUNCTION = sglang_api.DUPLICATE
-PARAMETERS = sglang_api.DUPLICATE_PARAMETERS
+FUNCTION = DUPLICATE
+PARAMETERS = DUPLICATE_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -41,17 +42,12 @@ class Home:
         return Version(self.first) <= Version(version) <= Version(self.last)
 
 
-HOMES = tuple(Home(*home) for home in sglang_api.DUPLICATE_HOMES)
+HOMES = tuple(Home(*home) for home in DUPLICATE_HOMES)
 NEWEST = HOMES[-1]
 
 # fingerprint() of the function in every home: measured on the published wheels of
 # 0.5.13.post1, 0.5.15.post1, 0.5.17 and 0.5.23 (tests/adapters/v2/test_hook_points.py).
 KNOWN_FINGERPRINTS = frozenset({"696f0ff1978c13e2"})
-
-# The draft workers' warm-up: the "after" hooks on each class that defines WARM_UP_METHOD.
-WARM_UP_METHOD = sglang_api.WARM_UP_METHOD
-DRAFT_WORKERS = sglang_api.DRAFT_WORKERS
-
 
 class _StripDocstrings(ast.NodeTransformer):
     def _strip(self, node):

@@ -77,7 +77,7 @@ def test_nothing_for_a_chain_page_1_or_a_worker_it_cannot_read(caplog):
 def test_the_draft_workers_hook_notes_after_its_warm_ups(caplog, monkeypatch):
     w = _worker(page=64, size=65536, max_running=16)
     # our own steps of the hook, not SGLang's: this test is about the note's place in it
-    monkeypatch.setattr(warm_up, "warm_up_worker", lambda worker: False)
+    monkeypatch.setattr(warm_up, "warm_up_worker", lambda worker, options: False)
     monkeypatch.setattr(warm_up.move_warm_up, "warm_up_worker", lambda worker: 0)
     monkeypatch.setattr(warm_up.alloc_warm_up, "warm_up_worker", lambda worker: 0)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
