@@ -136,6 +136,6 @@ def test_auto_is_off_while_the_gpu_proof_row_is_empty(caplog):
     except ImportError as exc:  # the v2 adapter's modules need torch
         pytest.skip(f"needs the v2 adapter importable ({exc})")
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        assert hook_table.dense_draft_hooks(None, "0.5.23") == []
+        assert hook_table.dense_draft_layout(None, "0.5.23") is None
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "dense draft layout off" in lines[0] and "proven on no release yet" in lines[0]

@@ -69,6 +69,21 @@ def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_ho
         assert any(target in line for line in hooked), on
 
 
+def test_each_hook_line_says_which_hook_it_is():
+    """Two AFTER hooks sit on each draft worker's ``init_attention_backend`` (the draft plan and warm-up,
+    and fa3's metadata kernels compiled ahead): doctor's line for each says which it is (issue 64)."""
+    from sglang_eagle_paged import settings
+    from sglang_eagle_paged.adapters import v2
+    from sglang_eagle_paged.tools.doctor import _what
+
+    for env in ({}, {settings.FA3_IN_PLACE: "1", settings.DENSE_DRAFT: "1"}):
+        lines = [f"{h.target} ({_what(h)})" for h in v2.hooks(settings.parse(env), "0.5.23")]
+        assert len(lines) == len(set(lines)), sorted(x for x in lines if lines.count(x) > 1)
+    out = _run("doctor", "--no-self-test").stdout
+    applied = [line for line in out.splitlines() if "init_attention_backend" in line]
+    assert len(applied) >= 2 and len(applied) == len(set(applied)), applied
+
+
 def test_doctor_says_which_fa3_metadata_builders_serve():
     unset = _run("doctor", "--no-self-test").stdout  # 0.5.23: proven, so the default serves
     assert "fused (SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the default): the draft round's FA3 metadata" in unset

@@ -55,7 +55,7 @@ import torch
 
 from ...hooks import resolve
 from ...tree_layout import dense_positions, len_per_decode, paged_tree, reserve_per_decode
-from . import pools
+from . import fault, pools
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -231,6 +231,9 @@ def decide(worker, dense: DenseLayout | None) -> bool:
     if problem is None:
         dense.len_per_decode = len_per_decode(page, topk, steps, tokens, dense=True)
         dense.active = True
+        fault.also_say(f"the dense draft layout hands back to SGLang's per-branch layout and its reserve of "
+                       f"{reserve_per_decode(page, topk, steps, tokens):,} KV slots per running request: a pool "
+                       f"sized for the dense reserve ({2 * dense.len_per_decode:,}) may retract requests")
         dense.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
                          f"slots of page 1, nothing copied, {2 * dense.len_per_decode:,} KV slots reserved per running "
                          f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")

@@ -15,10 +15,22 @@ SWITCH = FaultSwitch("[sglang-eagle-paged] v2 paths of ours switched off for thi
                      "SGLang's own serve from now on: %s")
 
 
+# What a fault also means for this process, said in its one line: set where a path of ours turns on
+# whose hand-back has a cost of its own (the dense layout: a pool sized for its reserve). Part of the
+# switch's state, like the switch itself the one thing of the fault rule that is the process's.
+_CONSEQUENCES: list = []
+
+
+def also_say(text: str) -> None:
+    """Add ``text`` to the fault line, should a fault come (once per text)."""
+    if text not in _CONSEQUENCES:
+        _CONSEQUENCES.append(text)
+
+
 def trip(where: str, fault) -> None:
     """Switch every v2 path of ours off after ``fault`` (an exception, or a text) in ``where``."""
     text = fault if isinstance(fault, str) else f"{type(fault).__name__}: {fault}"
-    SWITCH.trip(f"{where}: {text}")
+    SWITCH.trip(f"{where}: {text}"[:300] + "".join(f"; {c}" for c in _CONSEQUENCES))
 
 
 class _Sglangs:

@@ -46,6 +46,7 @@ def installed(monkeypatch):
     """The hooks of SGLANG_EAGLE_PAGED_DENSE_DRAFT=1 installed with SGLang's HookRegistry as a server
     installs them; yields (originals, the targets now, hooked, the dense layout the bodies were handed)."""
     monkeypatch.setattr(fault.SWITCH, "reason", None)
+    monkeypatch.setattr(fault, "_CONSEQUENCES", [])
     with hook_sandbox(monkeypatch, TARGETS) as (originals, read):
         listed = v2.hooks(Settings(dense_draft=True), "0.5.23")
         hooked = hooks_mod.install([h for h in listed
@@ -143,6 +144,8 @@ def test_a_gather_fault_hands_the_slots_to_sglangs_page_1_kernel_in_one_error_li
             assert torch.equal(prep.out_cache_loc, dense.out_cache_loc) and prep.tgt.numel() == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "KeyError" in errors[0]
+    # the line says what the hand-back costs a pool sized for the dense reserve (issue 61, point 4)
+    assert "a pool sized for the dense reserve" in errors[0] and "may retract requests" in errors[0]
     assert installed[3].active  # the layout stays dense: rounds in flight were allocated for it
 
 
@@ -277,7 +280,8 @@ def test_refused_for_a_pool_layout_it_does_not_serve(installed, caplog):
     worker.draft_runner.token_to_kv_pool = pool
     worker.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(pool.size, case.page, torch.float32, "cpu", pool,
                                                                     need_sort=False)
-    assert "the draft KV pool: NoOpMHATokenToKVPool is not the plain MHATokenToKVPool" in _refused(worker, caplog, installed[3])
+    line = _refused(worker, caplog, installed[3])
+    assert "the draft KV pool: NoOpMHATokenToKVPool is not the plain MHATokenToKVPool" in line
 
 
 def test_refused_where_the_index_kernel_is_not_hooked(caplog, monkeypatch):

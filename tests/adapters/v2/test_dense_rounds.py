@@ -83,6 +83,7 @@ def dense_hooks(monkeypatch):
     from sglang_eagle_paged.adapters.v2 import hook_table
 
     monkeypatch.setattr(fault.SWITCH, "reason", None)
+    monkeypatch.setattr(fault, "_CONSEQUENCES", [])
     with hook_sandbox(monkeypatch, HOOKED) as (_originals, read):
         wanted = {f"{m.__name__}.{a}" for m, a in HOOKED.values()}
         listed = v2.hooks(Settings(dense_draft=True), "0.5.23")
