@@ -67,9 +67,10 @@ def _fused(monkeypatch):
     return sglangs.calls == 1
 
 
-def _rewrite(monkeypatch):
-    """A covered draft backend's eager metadata after SGLang's builder: SGLang's form stays where
-    the rewrite does not serve (its expand table unmarked, its lengths untouched)."""
+def covered_draft_metadata():
+    """(backend, batch, sglangs_form): a covered fa3 draft backend's eager metadata as SGLang's builder
+    left it, and ``sglangs_form()``: whether it still is (its expand table unmarked, its lengths
+    untouched)."""
     expand = SimpleNamespace(page_table=torch.full((2, STEPS), 7, dtype=torch.int32),
                              cache_seqlens_int32=torch.full((2,), 9, dtype=torch.int32))
     backend = SimpleNamespace(**{fa3_in_place.MARK: True}, forward_metadata_spec_decode_expand=expand,
@@ -77,8 +78,16 @@ def _rewrite(monkeypatch):
                               speculative_num_steps=STEPS, speculative_step_id=0)
     batch = SimpleNamespace(spec_info=SimpleNamespace(), forward_mode=ForwardMode.DECODE,
                             out_cache_loc=torch.arange(2 * STEPS), seq_lens=torch.tensor([5]))
+    return backend, batch, lambda: not fa3_in_place.is_per_token(expand.page_table) and bool(
+        (expand.cache_seqlens_int32 == 9).all())
+
+
+def _rewrite(monkeypatch):
+    """A covered draft backend's eager metadata after SGLang's builder: SGLang's form stays where
+    the rewrite does not serve."""
+    backend, batch, sglangs_form = covered_draft_metadata()
     draft_step.after_metadata(None, backend, batch)
-    return not fa3_in_place.is_per_token(expand.page_table) and bool((expand.cache_seqlens_int32 == 9).all())
+    return sglangs_form()
 
 
 def _gather(monkeypatch):

@@ -106,16 +106,11 @@ def _fa3_backend_init(hook, monkeypatch):
 
 def _fa3_metadata(hook, monkeypatch):
     """A covered draft backend's metadata after SGLang's builder: SGLang's form stays."""
-    expand = SimpleNamespace(page_table=torch.full((2, STEPS), 7, dtype=torch.int32),
-                             cache_seqlens_int32=torch.full((2,), 9, dtype=torch.int32))
-    backend = SimpleNamespace(**{fa3_in_place.MARK: True}, forward_metadata_spec_decode_expand=expand,
-                              forward_metadata=SimpleNamespace(cache_seqlens_int32=torch.zeros(1, dtype=torch.int32)),
-                              speculative_num_steps=STEPS, speculative_step_id=0)
-    batch = SimpleNamespace(spec_info=SimpleNamespace(), forward_mode=ForwardMode.DECODE,
-                            out_cache_loc=torch.arange(2 * STEPS), seq_lens=torch.tensor([5]))
+    from test_fault import covered_draft_metadata
+
+    backend, batch, sglangs_form = covered_draft_metadata()
     monkeypatch.setattr(fa3_in_place, "rewrite_draft_metadata", _broken("the in-place rewrite"))
-    served = hook.function(None, backend, batch) is None
-    return served and not fa3_in_place.is_per_token(expand.page_table) and bool((expand.cache_seqlens_int32 == 9).all())
+    return hook.function(None, backend, batch) is None and sglangs_form()
 
 
 def _flash_attn(hook, monkeypatch):
