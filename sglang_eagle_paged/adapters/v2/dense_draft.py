@@ -21,18 +21,19 @@ The two pieces SGLang cannot be told through its own arguments, proven on its ow
 fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
 from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
 
-Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.PROVEN``)
-the hooks are (:func:`hooks`):
+Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (``1``; ``auto``, the default, where ``releases.PROVEN``'s
+GPU row says, nowhere yet) the hooks are (built by :mod:`.hook_table`, each handed the one
+:class:`DenseLayout` they serve):
 
-- AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the plan is
-  on (``get_alloc_reserve_per_decode`` and so the allocation and the retract gate follow; the
+- AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the layout
+  is on (``get_alloc_reserve_per_decode`` and so the allocation and the retract gate follow; the
   ``req_to_token`` rows, sized before any draft worker exists, keep SGLang's width);
 - AROUND ``prepare_for_draft``: after SGLang's paged branch, its ``out_cache_loc`` rewritten in
-  place with the dense slots (the duplication hook copies nothing while the plan is on);
+  place with the dense slots (the duplication hook copies nothing while the layout is on);
 - REPLACE the ``generate_draft_decode_kv_indices`` globals of triton's and flashinfer's backend
   modules with :class:`DenseDraftIndices` (as a class: :func:`index_kernel_hook`).
 
-:func:`decide` turns the plan on, once per process, from the draft worker SGLang built (after its
+:func:`decide` turns the layout on, once per process, from the draft worker SGLang built (after its
 ``init_attention_backend``): flashinfer's or triton's multi-step draft backend, no draft window,
 no translated reads, the plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or
 STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps SGLang's layout,
@@ -45,7 +46,7 @@ the per-branch positions). So after a fault anywhere on our v2 paths (:mod:`.fau
 line) the reserve is SGLang's at once, for the rounds allocated from then on; the round in flight
 keeps the dense slots (SGLang's own page-1 slot kernel, ``assign_draft_cache_locs_contiguous``,
 writes them where our gather faulted); and the first draft whose round was allocated since then
-hands the layout back (:meth:`Plan.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
+hands the layout back (:meth:`DenseLayout.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
 its readers from that round on. The per-step hook bodies are the draft step's (:mod:`.draft_step`).
 """
 

@@ -1,8 +1,10 @@
 """One draft step on SGLang's v2 worker as our hooks serve it: every line of ours that runs per
 draft step, in the order SGLang calls it. Nothing here decides anything that was known before the
-step: the layout, the copy and the readers were decided once per draft runner (:mod:`.draft_plan`),
-fa3's coverage once per step backend (:func:`.fa3_in_place.after_backend_init`), the dense layout
-once per process (:func:`.dense_draft.decide`). The arithmetic each step calls lives beside its
+step: the layout, the copy, the readers and fa3's metadata path were decided once per draft runner
+(:mod:`.draft_plan`), fa3's coverage once per step backend (:func:`.fa3_in_place.after_backend_init`),
+the dense layout once per process (:func:`.dense_draft.decide`; the bodies that read it are handed
+its :class:`.dense_draft.DenseLayout` by the hook table). A step reads plan fields after identity
+checks. The arithmetic each step calls lives beside its
 proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernels).
 
 1. The scheduler's reserve for the round (:func:`around_len_per_decode`): page 1's where the dense
@@ -16,10 +18,12 @@ proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernel
    builder (:func:`expand_hook`); fa3 in place rewrites SGLang's (:func:`after_metadata`) and gives
    the expand call of each layer a per-token view (:func:`around_flash_attn`). triton's and
    flashinfer's index kernel launches with page 1 where the dense layout serves
-   (:class:`.dense_draft.DenseDraftIndices`).
+   (:func:`dense_index_launch`).
 
 The fault rule (:mod:`.fault`): whatever our code raises here is caught, SGLang's own path serves
-that call and every later one, one ERROR line per process.
+that call and every later one, one ERROR line per process; each body narrows it where SGLang's plain
+result is not the right one (the dense slots, the index kernel), and the hook table runs every body
+under :func:`.fault.guarded` for whatever its own ``try`` does not reach.
 """
 
 import functools

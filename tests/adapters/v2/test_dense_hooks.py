@@ -312,3 +312,24 @@ def test_refused_where_a_start_up_check_fails(installed, caplog):
     worker = _covered_worker(case)
     worker.draft_runner.req_to_token_pool = SimpleNamespace(req_to_token=None)
     assert "the check failed" in _refused(worker, caplog, installed[3])
+
+
+def test_auto_serves_only_the_backends_a_filled_gpu_row_names(monkeypatch, caplog):
+    """SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto once the GPU suite fills its row (our own table, set here):
+    the layout is installed for that release range and serves the backends the row names, and a draft
+    worker on another covered backend keeps SGLang's layout, in one line saying why."""
+    from packaging.version import Version
+
+    from sglang_eagle_paged import releases
+
+    row = releases.Proof("SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto (the default)", (Version("0.5.17"), Version("0.5.23")),
+                         "SGLang's per-branch layout and reserve serve", backends=("flashinfer",))
+    monkeypatch.setitem(releases.PROVEN, "dense_draft_auto", row)
+    dense = hook_table.dense_draft_layout(None, "0.5.23")
+    assert dense is not None and dense.backends == ("flashinfer",)
+    assert hook_table.dense_draft_layout(None, "0.5.15.post1") is None  # outside the row's releases
+    case, _ = dense_case(CASES[1])
+    with hook_sandbox(monkeypatch, TARGETS):
+        hooks_mod.install([h for h in hook_table.dense_draft_hooks(dense)], "test")
+        line = _refused(_covered_worker(case), caplog, dense)  # a triton draft backend
+    assert "triton is not proven by the GPU suite" in line and "auto serves flashinfer" in line
