@@ -44,6 +44,7 @@ not imported here.
 
 import logging
 
+from ...tree_layout import paged_tree
 from . import backends, fault, pools
 from . import sglang_api as api
 
@@ -148,7 +149,7 @@ def _translated(backend) -> bool:
 
 
 def after_backend_init(result, backend, *args, **kwargs):
-    if not getattr(backend, "is_draft_runner", False) or backend.topk <= 1 or backend.page_size <= 1:
+    if not getattr(backend, "is_draft_runner", False) or not paged_tree(backend.page_size, backend.topk):
         return None
     try:
         problem = not_covered(backend)

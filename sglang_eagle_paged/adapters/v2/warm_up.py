@@ -20,6 +20,7 @@ import logging
 import torch
 
 from ...kernels.prefix_tail import compile_prefix_tail
+from ...tree_layout import paged_tree
 from . import alloc_warm_up, dense_draft, draft_plan, fault, kv_reserve_note, move_warm_up
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -28,7 +29,7 @@ logger = logging.getLogger("sglang_eagle_paged")
 def warm_up_pool(pool, topk: int, page_size: int, slot_dtype: torch.dtype) -> bool:
     """Compile the kernel variant serving ``pool`` with ``slot_dtype`` slots; False where its plan
     does not copy with our kernel (nothing to compile)."""
-    if topk <= 1 or page_size <= 1:
+    if not paged_tree(page_size, topk):
         return False
     plan = draft_plan.current(pool)
     if plan.copy != draft_plan.OURS:
