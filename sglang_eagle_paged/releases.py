@@ -61,7 +61,8 @@ PROVEN = {
                           "fa3 copies the prefix tail as before"),
     "fa3_fused_v2": Proof("SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook", (Version("0.5.17"), Version("0.5.23")),
                           "only the expand builder is replaced (as with =expand)", _FUSED_WHY_NOT),
-    "fa3_fused_v2_default": Proof("the fused FA3 draft metadata (the v2 default)", (Version("0.5.17"), Version("0.5.23")),
+    "fa3_fused_v2_default": Proof("the fused FA3 draft metadata (the v2 default)",
+                                  (Version("0.5.17"), Version("0.5.23")),
                                   "SGLang's own FA3 metadata builders serve", _FUSED_WHY_NOT),
     "dense_draft": Proof("SGLANG_EAGLE_PAGED_DENSE_DRAFT", (Version("0.5.17"), Version("0.5.23")), _DENSE_INSTEAD),
     "dense_draft_auto": Proof("SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto (the default)", (),
@@ -146,7 +147,8 @@ def unproven(feature: str, version: str | None = None) -> str | None:
     if version is not None and _within(Version(version), proof.releases):
         return None
     because = f" ({proof.why})" if proof.why and version is not None and Version(version) < first else ""
-    return f"{proof.setting} does nothing on SGLang {version}: proven on {first} .. {last} only{because}; {proof.instead}"
+    return (f"{proof.setting} does nothing on SGLang {version}: proven on {first} .. {last} only{because}; "
+            f"{proof.instead}")
 
 
 def proven_backends(feature: str, version: str | None = None) -> tuple:

@@ -21,7 +21,8 @@ DUPLICATE_PARAMETERS = ("token_to_kv_pool", "rows", "prefix_base", "last_page", 
 # Its module homes, each with its paged-branch caller (which looks it up as a module global) and
 # the first and last release of that home: (module, caller, first, last).
 DUPLICATE_HOMES = (
-    (SPEC + "eagle_info_v2", SPEC + "eagle_info_v2.EagleDraftInputV2Mixin.prepare_for_v2_draft", "0.5.13", "0.5.13.post1"),
+    (SPEC + "eagle_info_v2", SPEC + "eagle_info_v2.EagleDraftInputV2Mixin.prepare_for_v2_draft", "0.5.13",
+     "0.5.13.post1"),
     (SPEC + "base_spec_worker", SPEC + "base_spec_worker.EagleDraftWorkerBase.prepare_for_draft", "0.5.14",
      "0.5.15.post1"),
     (SPEC + "eagle_worker_common", SPEC + "eagle_worker_common.prepare_for_draft", "0.5.16", "0.5.23"),
@@ -44,7 +45,8 @@ DRAFT_WORKERS = (
 MOVE = SPEC + "spec_utils.move_accept_tokens_to_target_kvcache"
 PAGED_ALLOCATOR = MEM_CACHE + "allocator.PagedTokenToKVPoolAllocator"
 GET_LAST_LOC = (MEM_CACHE + "allocation.get_last_loc", MEM_CACHE + "common.get_last_loc")  # 0.5.17+, before
-ASSIGN_ROWS = (MEM_CACHE + "allocation.assign_req_to_token_pool_func", MEM_CACHE + "common.assign_req_to_token_pool_func")
+ASSIGN_ROWS = (MEM_CACHE + "allocation.assign_req_to_token_pool_func",
+               MEM_CACHE + "common.assign_req_to_token_pool_func")
 
 # ---------------------------------------------------------------- the draft decode backends
 

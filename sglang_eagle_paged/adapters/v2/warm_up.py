@@ -65,5 +65,6 @@ def after_hook(result, worker, *args, options: draft_plan.Options = draft_plan.N
         fault.trip("warm-up", exc)
     move_warm_up.warm_up_worker(worker)  # SGLang's post-verify KV move; an optimisation that logs its own failure
     alloc_warm_up.warm_up_worker(worker)  # SGLang's paged KV-slot allocation; the same
-    kv_reserve_note.note(worker, dense=options.dense is not None and options.dense.active)  # what this pool holds of SGLang's per-request reserve: one line
+    # what this pool holds of SGLang's per-request reserve: one line
+    kv_reserve_note.note(worker, dense=options.dense is not None and options.dense.active)
     return result

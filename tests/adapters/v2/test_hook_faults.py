@@ -29,7 +29,8 @@ from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
 from sglang_eagle_paged import FAULT_MARK  # noqa: E402
 from sglang_eagle_paged.adapters import v2  # noqa: E402
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
-from sglang_eagle_paged.adapters.v2 import dense_draft, draft_plan, draft_step, fa3_in_place, fault, hook_table  # noqa: E402,E501
+from sglang_eagle_paged.adapters.v2 import (  # noqa: E402
+    dense_draft, draft_plan, draft_step, fa3_in_place, fault, hook_table)
 from sglang_eagle_paged.settings import Settings  # noqa: E402
 
 torch.set_num_threads(1)
