@@ -331,6 +331,15 @@ def _draft_backend(**kw):
     return be
 
 
+def _decision(multi):
+    """(copy, reason, in place): what a draft runner's plan decides for its multi-step backend ``multi``
+    (on a plain pool of SGLang's, so the pool decides nothing)."""
+    from sglang_eagle_paged.adapters.v2 import draft_plan as plans
+
+    plan = plans.derive(_pool(), SimpleNamespace(draft_attn_backend=multi))
+    return plan.copy != plans.SKIP, plan.reason, plan.in_place
+
+
 @pytest.mark.parametrize("backends, in_place", [
     ([], False),  # the hooks never ran (setting off, or no FA3 draft backend)
     ([{}, {}], True),
@@ -353,15 +362,6 @@ def _draft_backend(**kw):
     ([{"token_to_kv_pool": object.__new__(mp.MHATokenToKVPoolFP4)}], False),
     ([{"token_to_kv_pool": object.__new__(mp.MLATokenToKVPool)}], False),
 ])
-def _decision(multi):
-    """(copy, reason, in place): what a draft runner's plan decides for its multi-step backend ``multi``
-    (on a plain pool of SGLang's, so the pool decides nothing)."""
-    from sglang_eagle_paged.adapters.v2 import draft_plan as plans
-
-    plan = plans.derive(_pool(), SimpleNamespace(draft_attn_backend=multi))
-    return plan.copy != plans.SKIP, plan.reason, plan.in_place
-
-
 def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
     """The decision a server takes (the draft runner's plan over its own multi-step backend, an object
     of SGLang's real class) once the backend hook has marked its step backends."""
