@@ -333,3 +333,22 @@ def test_auto_serves_only_the_backends_a_filled_gpu_row_names(monkeypatch, caplo
         hooks_mod.install([h for h in hook_table.dense_draft_hooks(dense)], "test")
         line = _refused(_covered_worker(case), caplog, dense)  # a triton draft backend
     assert "triton is not proven by the GPU suite" in line and "auto serves flashinfer" in line
+
+
+def test_sglangs_pool_sizing_reads_the_reserve_only_for_sliding_window_pools():
+    """Issue 61, point 4: where the dense layout serves (the plain MHA pool), SGLang sizes the KV pool
+    and caps ``--max-running-requests`` without the per-decode reserve, so nothing there needs the dense
+    reserve. In the installed release the only pool-sizing reader of the reserve is the sliding-window
+    request cap (``compute_swa_request_cap``), for a pool the dense layout refuses. Read from the
+    installed source: the configurators need a whole model to run."""
+    pc = pytest.importorskip("sglang.srt.model_executor.pool_configurator")
+    kvc = pytest.importorskip("sglang.srt.mem_cache.kv_cache_configurator")
+    names = {"get_alloc_len_per_decode", "get_alloc_reserve_per_decode"}
+
+    def readers(module):
+        tree = ast.parse(inspect.getsource(module))
+        return {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+                for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in names}
+
+    assert readers(pc) == {"compute_swa_request_cap"}
+    assert readers(kvc) == set()
