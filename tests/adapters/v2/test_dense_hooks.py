@@ -338,17 +338,21 @@ def test_auto_serves_only_the_backends_a_filled_gpu_row_names(monkeypatch, caplo
 def test_sglangs_pool_sizing_reads_the_reserve_only_for_sliding_window_pools():
     """Issue 61, point 4: where the dense layout serves (the plain MHA pool), SGLang sizes the KV pool
     and caps ``--max-running-requests`` without the per-decode reserve, so nothing there needs the dense
-    reserve. In the installed release the only pool-sizing reader of the reserve is the sliding-window
-    request cap (``compute_swa_request_cap``), for a pool the dense layout refuses. Read from the
-    installed source: the configurators need a whole model to run."""
+    reserve. The only pool-sizing readers of the reserve are the sliding-window pools' (0.5.23's
+    ``compute_swa_request_cap``, 0.5.17's ``SWAChunkCapPoolConfigurator``), pools the dense layout
+    refuses. Read from the installed source: the configurators need a whole model to run."""
     pc = pytest.importorskip("sglang.srt.model_executor.pool_configurator")
     kvc = pytest.importorskip("sglang.srt.mem_cache.kv_cache_configurator")
     names = {"get_alloc_len_per_decode", "get_alloc_reserve_per_decode"}
 
     def readers(module):
-        tree = ast.parse(inspect.getsource(module))
-        return {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
-                for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in names}
+        out = set()
+        for top in ast.parse(inspect.getsource(module)).body:
+            fns = [(f"{top.name}.{f.name}", f) for f in top.body if isinstance(f, ast.FunctionDef)] \
+                if isinstance(top, ast.ClassDef) else [(top.name, top)] if isinstance(top, ast.FunctionDef) else []
+            out |= {name for name, fn in fns for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in names}
+        return out
 
-    assert readers(pc) == {"compute_swa_request_cap"}
+    found = readers(pc)
+    assert found and all("swa" in name.lower() for name in found), found
     assert readers(kvc) == set()
