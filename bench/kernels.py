@@ -145,7 +145,7 @@ def prefixed(prefix, times):
 
 def realistic_pairs(bs, page, topk, slots, gen):
     """Pairs as the assignment kernel lays them out: capacity-padded, and the exact list."""
-    from sglang_eagle_paged.kernels.layout import pair_capacity
+    from sglang_eagle_paged.tree_layout import pair_capacity
 
     last = torch.randint(0, page, (bs,), generator=gen)
     cap = pair_capacity(bs, page, topk)
@@ -321,7 +321,7 @@ def bench_assign(bs_list, page, topk, steps, gen):
 
     from sglang_eagle_paged.kernels import (
         assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages)
-    from sglang_eagle_paged.kernels.layout import extend_lens, new_pages, num_new_pages_per_branch
+    from sglang_eagle_paged.tree_layout import extend_lens, new_pages, num_new_pages_per_branch
 
     rows = []
     pool_len = 8192

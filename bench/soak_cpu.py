@@ -168,7 +168,7 @@ def run(args):
     _setup(args)
     import torch
 
-    from sglang_eagle_paged.kernels.layout import extend_lens
+    from sglang_eagle_paged.tree_layout import extend_lens
     from sglang_eagle_paged.settings import Mode
     from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode
 

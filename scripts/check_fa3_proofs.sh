@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fa3 proof files on the SGLang releases between the two that scripts/test.sh runs them on
-# (0.5.17 in .venv-517, 0.5.23 in .venv), each release on its own source: releases.FA3_IN_PLACE_PROVEN
-# and FA3_FUSED_V2_PROVEN name a range, and this is what checks its middle. A maintainer's script,
+# (0.5.17 in .venv-517, 0.5.23 in .venv), each release on its own source: releases.PROVEN["fa3_in_place"]
+# and ["fa3_fused_v2"] name a range, and this is what checks its middle. A maintainer's script,
 # not in CI: one environment per release (about 2.5 GB each).
 #
 # Usage: scripts/check_fa3_proofs.sh [--dry-run] [RELEASE ...]   (default: 0.5.18 .. 0.5.22)

@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_reference.py
           tests/kernels/test_tree_extension.py tests/bench/test_reliability.py tests/bench/test_bench_kernels.py)
 
-# releases.FA3_FUSED_V2_PROVEN and FA3_IN_PLACE_PROVEN start at 0.5.17 on the strength of these files run
+# releases.PROVEN["fa3_fused_v2"] and ["fa3_in_place"] start at 0.5.17 on the strength of these files run
 # on 0.5.17's own source (the releases between 0.5.17 and 0.5.23: scripts/check_fa3_proofs.sh, not here).
 V517_TESTS=(tests/adapters/v2/test_fa3_replay.py tests/adapters/v2/test_fa3_in_place.py
             tests/adapters/v2/test_dense_draft.py tests/adapters/v2/test_dense_hooks.py

@@ -24,6 +24,7 @@ class Hook:
     function: Callable   # replace: called as the target; around: (original, *args); after: (result, *args)
     kind: str            # one of KINDS
     required: bool = True
+    purpose: str = ""    # what it does, in a few words (doctor: where two hooks share a target and kind)
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -24,25 +24,51 @@ from packaging.version import Version
 V1_PATCHED = (Version("0.5.8"), Version("0.5.10.post1"))
 V1_PLUGIN = (Version("0.5.11"), Version("0.5.12.post1"))
 V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
-# Where fa3's in-place draft reads (SGLANG_EAGLE_PAGED_FA3_IN_PLACE) are proven on SGLang's own
-# builders (tests/adapters/v2/test_fa3_in_place.py), release by release, each on its own source:
-# scripts/test.sh runs it on the ends (0.5.23, and 0.5.17, the GPU machine's release),
-# scripts/check_fa3_proofs.sh on 0.5.18 .. 0.5.22 (not in CI). Elsewhere the setting does nothing.
-FA3_IN_PLACE_PROVEN = (Version("0.5.17"), Version("0.5.23"))
-# Where the fused FA3 draft replay metadata (SGLANG_EAGLE_PAGED_FA3_EXPAND, unset or fused) is proven on
-# v2 against SGLang's own replay (tests/adapters/v2/test_fa3_replay.py), on the same releases through
-# the same two scripts; elsewhere on v2 an explicit fused replaces only the expand builder and the
-# unset default keeps SGLang's builders. 0.5.13 and 0.5.15 bound the draft page table by other rules
-# (FA3_FUSED_V2_WHY_NOT), which the fused writer does not reproduce, and setup_cpu.sh pins no CPU
-# environment for them, so no proof runs there.
-FA3_FUSED_V2_PROVEN = (Version("0.5.17"), Version("0.5.23"))
-FA3_FUSED_V2_WHY_NOT = ("before 0.5.17 SGLang bounds the draft page table by the CPU lengths (a device read "
-                        "where they are missing), which the fused writer does not reproduce")
-# Where the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT) is proven on SGLang's own code
-# (tests/adapters/v2/test_dense_draft.py and test_dense_hooks.py on 0.5.23 and 0.5.17,
-# test_dense_rounds.py on 0.5.23): its hook points (allocation_sizing's reserve, the module-level
-# prepare_for_draft, the index kernel's positional page_size) are those of 0.5.17 .. 0.5.23.
-DENSE_DRAFT_PROVEN = (Version("0.5.17"), Version("0.5.23"))
+# What each opt-in path of ours is proven on, release by release, and what serves elsewhere:
+# PROVEN[feature] = Proof. Proven on SGLang's own code on the CPU (the tests named), each release
+# on its own source: scripts/test.sh runs the proof files on the ends (0.5.23, and 0.5.17, the GPU
+# machine's release), scripts/check_fa3_proofs.sh the fa3 ones on 0.5.18 .. 0.5.22 (not in CI).
+# Elsewhere the setting does nothing, in one line (:func:`unproven`).
+#
+# - fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): tests/adapters/v2/test_fa3_in_place.py.
+# - the fused FA3 draft replay metadata on v2 (SGLANG_EAGLE_PAGED_FA3_EXPAND, unset or fused):
+#   tests/adapters/v2/test_fa3_replay.py against SGLang's own replay. 0.5.13 and 0.5.15 bound the
+#   draft page table by other rules (its ``why``), which the fused writer does not reproduce, and
+#   setup_cpu.sh pins no CPU environment for them; there an explicit fused replaces only the expand
+#   builder and the unset default keeps SGLang's builders (two rows, one per wording).
+# - the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT=1): test_dense_draft.py and
+#   test_dense_hooks.py on 0.5.23 and 0.5.17, test_dense_rounds.py on 0.5.23; its hook points
+#   (allocation_sizing's reserve, the module-level prepare_for_draft, the index kernel's positional
+#   page_size) are those of 0.5.17 .. 0.5.23.
+# - the dense draft layout by default (SGLANG_EAGLE_PAGED_DENSE_DRAFT unset or auto): per draft decode
+#   backend, where the GPU suite has proven it (docs/gpu.md); none yet, so auto is off everywhere.
+
+
+@dataclass(frozen=True)
+class Proof:
+    setting: str                 # what the user set, as the line names it
+    releases: tuple = ()         # (first, last) proven, inclusive; () where none is
+    instead: str = ""            # what serves where it is not proven
+    why: str | None = None       # why not before ``first``
+    backends: tuple = ()         # the draft decode backends it is proven for (empty: not per backend)
+
+
+_DENSE_INSTEAD = "SGLang's per-branch layout and reserve serve"
+_FUSED_WHY_NOT = ("before 0.5.17 SGLang bounds the draft page table by the CPU lengths (a device read where they "
+                  "are missing), which the fused writer does not reproduce")
+PROVEN = {
+    "fa3_in_place": Proof("SGLANG_EAGLE_PAGED_FA3_IN_PLACE", (Version("0.5.17"), Version("0.5.23")),
+                          "fa3 copies the prefix tail as before"),
+    "fa3_fused_v2": Proof("SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook", (Version("0.5.17"), Version("0.5.23")),
+                          "only the expand builder is replaced (as with =expand)", _FUSED_WHY_NOT),
+    "fa3_fused_v2_default": Proof("the fused FA3 draft metadata (the v2 default)",
+                                  (Version("0.5.17"), Version("0.5.23")),
+                                  "SGLang's own FA3 metadata builders serve", _FUSED_WHY_NOT),
+    "dense_draft": Proof("SGLANG_EAGLE_PAGED_DENSE_DRAFT", (Version("0.5.17"), Version("0.5.23")), _DENSE_INSTEAD),
+    "dense_draft_auto": Proof("SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto (the default)", (),
+                              _DENSE_INSTEAD + " (SGLANG_EAGLE_PAGED_DENSE_DRAFT=1 asks for the dense layout)",
+                              backends=()),
+}
 # Earliest release at all: older ones differ in the draft preprocess (SWA eviction,
 # decode_batch_idx, where the helpers live) and no patch is shipped for them.
 OLDEST = V1_PATCHED[0]
@@ -110,38 +136,24 @@ def support(version: str | None = None, *, check_hook_points=None) -> Support:
     return Support(version, "v2", "plugin" if tested else "untested")
 
 
-def _unproven(version, proven, what: str, instead: str, why: str | None = None) -> str | None:
+def unproven(feature: str, version: str | None = None) -> str | None:
+    """None where ``feature`` (a key of :data:`PROVEN`) is proven for ``version`` (default: the installed
+    SGLang); else why the setting does nothing there and what serves, in one line."""
+    proof = PROVEN[feature]
     version = installed_version() if version is None else version
-    if version is not None and _within(Version(version), proven):
+    if not proof.releases:
+        return f"{proof.setting} does nothing on SGLang {version}: proven on no release yet; {proof.instead}"
+    first, last = proof.releases
+    if version is not None and _within(Version(version), proof.releases):
         return None
-    because = f" ({why})" if why and version is not None and Version(version) < proven[0] else ""
-    return f"{what} does nothing on SGLang {version}: proven on {proven[0]} .. {proven[1]} only{because}; {instead}"
+    because = f" ({proof.why})" if proof.why and version is not None and Version(version) < first else ""
+    return (f"{proof.setting} does nothing on SGLang {version}: proven on {first} .. {last} only{because}; "
+            f"{proof.instead}")
 
 
-def fa3_in_place_problem(version: str | None = None) -> str | None:
-    """None where fa3's in-place draft reads are proven for ``version`` (default: installed); else
-    why the setting does nothing there, in one line."""
-    return _unproven(version, FA3_IN_PLACE_PROVEN, "SGLANG_EAGLE_PAGED_FA3_IN_PLACE",
-                     "fa3 copies the prefix tail as before")
-
-
-def fa3_fused_v2_problem(version: str | None = None, explicit: bool = True) -> str | None:
-    """None where the fused FA3 draft replay metadata is proven for v2 ``version`` (default:
-    installed); else, in one line, why it does not serve there and what does: with
-    ``SGLANG_EAGLE_PAGED_FA3_EXPAND=fused`` set (``explicit``) the expand builder alone is replaced,
-    with it unset SGLang's own builders serve."""
-    if explicit:
-        return _unproven(version, FA3_FUSED_V2_PROVEN, "SGLANG_EAGLE_PAGED_FA3_EXPAND=fused's replay hook",
-                         "only the expand builder is replaced (as with =expand)", FA3_FUSED_V2_WHY_NOT)
-    return _unproven(version, FA3_FUSED_V2_PROVEN, "the fused FA3 draft metadata (the v2 default)",
-                     "SGLang's own FA3 metadata builders serve", FA3_FUSED_V2_WHY_NOT)
-
-
-def dense_draft_problem(version: str | None = None) -> str | None:
-    """None where the dense draft layout is proven for ``version`` (default: installed); else why the
-    setting does nothing there, in one line."""
-    return _unproven(version, DENSE_DRAFT_PROVEN, "SGLANG_EAGLE_PAGED_DENSE_DRAFT",
-                     "SGLang's per-branch layout and reserve serve")
+def proven_backends(feature: str, version: str | None = None) -> tuple:
+    """The draft decode backends ``feature`` is proven for on ``version`` (none where the release is not)."""
+    return () if unproven(feature, version) else PROVEN[feature].backends
 
 
 def patched_release(version: str | None = None) -> str | None:

@@ -8,10 +8,11 @@ User settings:
 
 Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
-``releases.FA3_FUSED_V2_PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
+``releases.PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md),
 ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft layout and reserve at page > 1, flashinfer and
-triton; off by default, CPU-proven, GPU pending), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
+triton; ``auto`` by default: on where the GPU suite proved it, per backend and release, which is
+nowhere yet; ``1`` asks for it where it is CPU-proven), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).
 
@@ -66,7 +67,7 @@ class FA3Expand(str, Enum):
 
 # SGLANG_EAGLE_PAGED_FA3_EXPAND unset: the fused replay metadata on both generations, each measured on
 # a GPU against SGLang's own builders (docs/performance.md). On v2 releases outside
-# releases.FA3_FUSED_V2_PROVEN the unset default keeps SGLang's builders (adapters/v2/fa3_replay.chosen).
+# releases.PROVEN the unset default keeps SGLang's builders (adapters/v2/fa3_replay.chosen).
 FA3_EXPAND_DEFAULT = {"v1": FA3Expand.FUSED, "v2": FA3Expand.FUSED}
 
 
@@ -78,7 +79,9 @@ class Settings:
     check_prefix: bool = False
     fa3_expand: FA3Expand | None = None  # None: unset, the generation's default (fa3_expand_for)
     fa3_in_place: bool = False  # v2, fa3: read the prefix tail in place, no copy (opt-in: docs/configuration.md)
-    dense_draft: bool = False  # v2: the draft slots and reserve of page 1 at page > 1 (CPU-proven, GPU pending)
+    # v2: the draft slots and reserve of page 1 at page > 1. None: auto (unset or ``auto``, the default):
+    # on where releases.PROVEN's "dense_draft_auto" row says the GPU suite proved it, per backend
+    dense_draft: bool | None = None
     verify_free: bool = True
     direct_launch: bool = True
     smollm2_dir: str | None = None
@@ -108,6 +111,17 @@ def _bool(env, name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={raw!r} is not one of: {'/'.join(_TRUE)} (true), {'/'.join(_FALSE)} (false)")
 
 
+def _auto_bool(env, name: str) -> bool | None:
+    """A boolean that also takes ``auto`` (the default, None)."""
+    if _raw(env, name) == "auto":
+        return None
+    try:
+        return _bool(env, name, None)
+    except SettingsError:
+        raise SettingsError(f"{name}={_raw(env, name)!r} is not one of: auto (the default), "
+                            f"{'/'.join(_TRUE)} (true), {'/'.join(_FALSE)} (false)") from None
+
+
 def _choice(env, name: str, enum, default, aliases=None):
     raw = _raw(env, name)
     if not raw:
@@ -132,7 +146,7 @@ def parse(env=None) -> Settings:
         check_prefix=_bool(env, CHECK_PREFIX, False),
         fa3_expand=_choice(env, FA3_EXPAND, FA3Expand, None, fa3_aliases),
         fa3_in_place=_bool(env, FA3_IN_PLACE, False),
-        dense_draft=_bool(env, DENSE_DRAFT, False),
+        dense_draft=_auto_bool(env, DENSE_DRAFT),
         verify_free=_bool(env, VERIFY_FREE, True),
         direct_launch=_bool(env, DIRECT_LAUNCH, True),
         smollm2_dir=(env.get(SMOLLM2_DIR) or "").strip() or None,

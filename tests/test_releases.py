@@ -79,7 +79,7 @@ def test_a_newer_release_with_0_5_23s_hook_points_is_served_untested():
 
 
 def test_the_fa3_proofs_run_on_every_release_of_their_proven_ranges():
-    """FA3_IN_PLACE_PROVEN and FA3_FUSED_V2_PROVEN are ranges proven release by release: their ends
+    """The fa3 rows of releases.PROVEN are ranges proven release by release: their ends
     are the releases scripts/test.sh runs the proof files on (.venv-517's and .venv's), every
     0.5.x between them is in scripts/check_fa3_proofs.sh's default list (no post release lies in
     between), and the script refuses a release it has no environment for."""
@@ -93,7 +93,7 @@ def test_the_fa3_proofs_run_on_every_release_of_their_proven_ranges():
     low = re.search(r"SGLANG_VERSION=(\S+) VENV=\.venv-517", (root / "scripts/test.sh").read_text())[1]
     high = re.search(r'SGLANG_VERSION:-([^}]+)\}', (root / "scripts/setup_cpu.sh").read_text())[1]
     ends = (Version(low), Version(high))
-    assert releases.FA3_IN_PLACE_PROVEN == ends and releases.FA3_FUSED_V2_PROVEN == ends
+    assert {releases.PROVEN[f].releases for f in ("fa3_in_place", "fa3_fused_v2", "fa3_fused_v2_default")} == {ends}
     dry = subprocess.run(["bash", "scripts/check_fa3_proofs.sh", "--dry-run"], cwd=root,
                          capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr

@@ -107,3 +107,35 @@ def test_no_other_module_reads_the_plugins_variables():
                 if arg in settings.ENV_VARS or arg in ("ENV_VAR", "ALLOW_TRITON_ENV"):
                     offenders.append(f"{path.relative_to(root)}: {line.strip()}")
     assert not offenders, offenders
+
+
+@pytest.mark.parametrize("raw,want", [("", None), ("auto", None), (" AUTO ", None), ("1", True), ("on", True),
+                                      ("0", False), ("no", False)])
+def test_dense_draft_takes_auto_by_default_besides_the_booleans(raw, want):
+    assert parse({settings.DENSE_DRAFT: raw}).dense_draft is want
+
+
+def test_a_bad_dense_draft_value_names_auto_too():
+    with pytest.raises(SettingsError) as err:
+        parse({settings.DENSE_DRAFT: "maybe"})
+    assert str(err.value).startswith(f"{settings.DENSE_DRAFT}='maybe' is not one of: auto (the default), 1/")
+
+
+def test_auto_is_off_while_the_gpu_proof_row_is_empty(caplog):
+    """SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto follows releases.PROVEN's "dense_draft_auto" row, per backend and
+    release; the row is empty until the GPU suite proves the layout, so auto installs nothing and says
+    why in one line."""
+    import logging
+
+    from sglang_eagle_paged import releases
+
+    assert releases.PROVEN["dense_draft_auto"].releases == () and releases.proven_backends("dense_draft_auto",
+                                                                                           "0.5.23") == ()
+    try:
+        from sglang_eagle_paged.adapters.v2 import hook_table
+    except ImportError as exc:  # the v2 adapter's modules need torch
+        pytest.skip(f"needs the v2 adapter importable ({exc})")
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        assert hook_table.dense_draft_layout(None, "0.5.23") is None
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "dense draft layout off" in lines[0] and "proven on no release yet" in lines[0]

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from .free_page_slots import BLOCK_BS, _extension_shape, _free_page_slots, _last_loc, _request_starts
 from .launch import launch
-from .layout import check_tree_config, pair_capacity
+from ..tree_layout import check_tree_config, pair_capacity
 
 PAIR_SENTINEL = -1
 PAIR_SENTINEL_C = tl.constexpr(PAIR_SENTINEL)

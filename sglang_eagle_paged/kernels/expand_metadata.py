@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .launch import launch
-from .layout import check_tree_config
+from ..tree_layout import check_tree_config
 
 _RUNTIME_INTS = [
     "cs_stride", "n_lens", "lpl_stride", "lpl_last", "decode_length",

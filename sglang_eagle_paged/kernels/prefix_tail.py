@@ -112,11 +112,6 @@ def compile_prefix_tail(table: KVBufferTable, slot_dtype: torch.dtype, index_dty
 
 # ------------------------------------------------------------------ plain-torch reference
 
-def tail_pair_capacity(bs: int, topk: int, page_size: int) -> int:
-    """Entries of each :func:`tail_pairs` buffer: every slot that can hold a prefix tail, in every branch but the first."""
-    return bs * max(topk - 1, 0) * max(page_size - 1, 0)
-
-
 def tail_pairs(rows: torch.Tensor, prefix_base: torch.Tensor, last_page: torch.Tensor,
                num_new_pages: torch.Tensor, topk: int, page_size: int):
     """``(tgt, src)``: slot ``src[i]``'s KV goes to slot ``tgt[i]``; -1 in both where there is nothing to copy.
@@ -124,7 +119,7 @@ def tail_pairs(rows: torch.Tensor, prefix_base: torch.Tensor, last_page: torch.T
     Every request contributes a fixed ``(topk - 1) * (page_size - 1)`` entries (the most a prefix
     tail can hold), the dead ones -1, so the host knows every size: torch gathers, arange and
     where only, no host read. The live entries come out in SGLang's order: request, branch, offset.
-    Both buffers have the dtype of ``rows`` and :func:`tail_pair_capacity` entries.
+    Both buffers have the dtype of ``rows`` and ``tree_layout.pair_capacity`` entries.
     """
     bs = rows.shape[0]
     width = page_size - 1

@@ -3,7 +3,7 @@
 import torch
 
 from .assign import PAIR_SENTINEL, TreeDraftLayout
-from .layout import extend_lens, num_new_pages_per_branch, pair_capacity
+from ..tree_layout import extend_lens, num_new_pages_per_branch, pair_capacity
 from .tree_extension import TreeExtension
 
 

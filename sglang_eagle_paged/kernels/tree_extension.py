@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .launch import launch
-from .layout import check_tree_config
+from ..tree_layout import check_tree_config
 
 BLOCK = 256  # requests per program, as in SGLang's get_last_loc: a typical batch is one program
 

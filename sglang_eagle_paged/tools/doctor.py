@@ -48,7 +48,7 @@ def _self_test_once(device: str, generation: str | None) -> str:
     import torch
 
     from ..kernels import KVBufferTable, assign_tree_draft_slots, duplicate_kv_pairs
-    from ..kernels.layout import extend_lens
+    from ..tree_layout import extend_lens
     from ..kernels.reference import assign_tree_draft_slots_ref, duplicate_kv_pairs_ref
 
     page, topk, steps = 16, 4, 3
@@ -142,7 +142,7 @@ def _self_test_tree_alloc(device: str) -> str:
     import torch
 
     from ..kernels.assign import assign_tree_draft_slots_from_free_pages
-    from ..kernels.layout import extend_lens
+    from ..tree_layout import extend_lens
     from ..kernels.reference import assign_tree_draft_slots_ref, tree_slots_from_free_pages_ref
 
     r2t, rows, seq_lens, cfg = _tree_inputs()
@@ -271,6 +271,12 @@ def _self_test_verify_bookkeeping(device: str, generation: str | None) -> str:
     return ""
 
 
+def _what(hook) -> str:
+    """A hook's kind and, where it has one, what it is for: two hooks of one kind on one target
+    (the draft workers' warm-ups) each say which they are."""
+    return f"{hook.kind}: {hook.purpose}" if hook.purpose else hook.kind
+
+
 def _hook_lines(support, s) -> bool:
     """Register as SGLang would, then one line per hook of the adapter: hooked or not."""
     from .. import plugin
@@ -290,12 +296,21 @@ def _hook_lines(support, s) -> bool:
     for hook in adapter.hooks(s):
         took = hook.target in hooked
         if hook.required:
-            ok &= _line(took, "hook", f"{hook.target} ({hook.kind})")
+            ok &= _line(took, "hook", f"{hook.target} ({_what(hook)})")
         else:
-            _line(None, "hook (optional)", f"{hook.target} ({hook.kind}): {'applied' if took else 'absent'}")
-    for label, detail in getattr(adapter, "doctor_lines", lambda _s: [])(s):
+            _line(None, "hook (optional)", f"{hook.target} ({_what(hook)}): {'applied' if took else 'absent'}")
+    for label, detail in _adapter_lines(support, s):
         _line(None, label, detail)
     return ok
+
+
+def _adapter_lines(support, s) -> list:
+    """(label, detail) lines of the adapter serving this SGLang (v2: :mod:`.doctor_v2`)."""
+    if support.generation != "v2":
+        return []
+    from . import doctor_v2
+
+    return doctor_v2.lines(s)
 
 
 def _progress(text: str) -> None:

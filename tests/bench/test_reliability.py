@@ -36,7 +36,7 @@ from helpers.server_args import global_server_args  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
 from sglang_eagle_paged.kernels import assign_tree_draft_slots, pair_capacity  # noqa: E402
 from sglang_eagle_paged.kernels.assign import PAIR_SENTINEL  # noqa: E402
-from sglang_eagle_paged.kernels.layout import extend_lens  # noqa: E402
+from sglang_eagle_paged.tree_layout import extend_lens  # noqa: E402
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode  # noqa: E402
 

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from sglang_eagle_paged.kernels.free_page_slots import BLOCK_BS, _extension_shape, _free_page_slots, _last_loc, _request_starts
-from sglang_eagle_paged.kernels.layout import check_tree_config
+from sglang_eagle_paged.tree_layout import check_tree_config
 
 BLOCK = 1024     # output slots per loop iteration: page 128, topk 8 takes at most two
 

@@ -19,7 +19,7 @@ from helpers.pools import (  # noqa: E402
     allocate_prefixes, alloc_tree_extension, churn, make_pools)
 from sglang_eagle_paged.kernels.assign import (  # noqa: E402
     PAIR_SENTINEL, _assign_tree_draft_slots_kernel, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages)
-from sglang_eagle_paged.kernels.layout import (  # noqa: E402
+from sglang_eagle_paged.tree_layout import (  # noqa: E402
     extend_lens, max_new_pages_per_branch, new_pages, num_new_pages_per_branch, pair_capacity)
 from sglang_eagle_paged.kernels.reference import assign_tree_draft_slots_ref  # noqa: E402
 

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.pools import alloc_tree_extension, allocate_prefixes, churn, make_pools  # noqa: E402
-from sglang_eagle_paged.kernels.layout import extend_lens, extension_totals, new_pages  # noqa: E402
+from sglang_eagle_paged.tree_layout import extend_lens, extension_totals, new_pages  # noqa: E402
 from sglang_eagle_paged.kernels.assign import (  # noqa: E402
     _assign_tree_draft_slots_kernel, assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages)
 from sglang_eagle_paged.kernels.reference import (  # noqa: E402

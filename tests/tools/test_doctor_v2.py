@@ -58,7 +58,7 @@ def test_doctor_says_whether_fa3_reads_in_place():
 
 def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_hooks():
     off = _run("doctor", "--no-self-test").stdout
-    assert "SGLANG_EAGLE_PAGED_DENSE_DRAFT unset: SGLang's per-branch draft layout and reserve" in off
+    assert "off (SGLANG_EAGLE_PAGED_DENSE_DRAFT unset or auto: " in off and "proven on no release yet" in off
     on = _run("doctor", "--no-self-test", SGLANG_EAGLE_PAGED_DENSE_DRAFT="1").stdout
     assert "asked (SGLANG_EAGLE_PAGED_DENSE_DRAFT): page 1's draft slots" in on  # 0.5.23: proven
     hooked = [line for line in on.splitlines()
@@ -67,6 +67,21 @@ def test_doctor_says_whether_the_dense_draft_layout_is_asked_and_installs_its_ho
                    "triton_backend.generate_draft_decode_kv_indices",
                    "flashinfer_backend.generate_draft_decode_kv_indices"):
         assert any(target in line for line in hooked), on
+
+
+def test_each_hook_line_says_which_hook_it_is():
+    """Two AFTER hooks sit on each draft worker's ``init_attention_backend`` (the draft plan and warm-up,
+    and fa3's metadata kernels compiled ahead): doctor's line for each says which it is (issue 64)."""
+    from sglang_eagle_paged import settings
+    from sglang_eagle_paged.adapters import v2
+    from sglang_eagle_paged.tools.doctor import _what
+
+    for env in ({}, {settings.FA3_IN_PLACE: "1", settings.DENSE_DRAFT: "1"}):
+        lines = [f"{h.target} ({_what(h)})" for h in v2.hooks(settings.parse(env), "0.5.23")]
+        assert len(lines) == len(set(lines)), sorted(x for x in lines if lines.count(x) > 1)
+    out = _run("doctor", "--no-self-test").stdout
+    applied = [line for line in out.splitlines() if "init_attention_backend" in line]
+    assert len(applied) >= 2 and len(applied) == len(set(applied)), applied
 
 
 def test_doctor_says_which_fa3_metadata_builders_serve():
@@ -80,7 +95,7 @@ def test_doctor_says_which_fa3_metadata_builders_serve():
     assert any(line.startswith("[ok  ] hook") and "init_forward_metadata_out_graph" in line
                for line in fused.splitlines()), fused
     from sglang_eagle_paged import settings
-    from sglang_eagle_paged.adapters.v2 import _fa3_metadata_line
+    from sglang_eagle_paged.tools.doctor_v2 import fa3_metadata_line as _fa3_metadata_line
 
     line = _fa3_metadata_line(settings.parse({settings.FA3_EXPAND: "fused"}), "0.5.15.post1")
     assert line.startswith("expand (SGLANG_EAGLE_PAGED_FA3_EXPAND=fused): the expand builder replaced; ") \

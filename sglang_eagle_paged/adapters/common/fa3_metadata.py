@@ -137,27 +137,42 @@ def fusable_backends(multi, forward_batch, bs, cpu_lens_needed=True):
     to SGLang's own code, which also raises where it would have raised.
     ``cpu_lens_needed``: the release reads the batch's CPU lengths (v1) for its page bound.
     """
-    spec_info = forward_batch.spec_info
-    if (spec_info is None or not spec_info.is_draft_input() or forward_batch.encoder_lens is not None
-            or (cpu_lens_needed and forward_batch.seq_lens_cpu is None)
-            or forward_batch.out_cache_loc is None or bs < 1
-            # fewer rows than bs: torch's copy_ might broadcast them; the kernel would not
-            or forward_batch.seq_lens.shape[0] < bs or forward_batch.req_pool_indices.shape[0] < bs):
+    if not batch_fusable(forward_batch, bs, cpu_lens_needed):
         return None
     n = multi.speculative_num_steps - 1
     backends = multi.attn_backends[:n]
-    if len(backends) != n:
+    if len(backends) != n or fusable_steps(backends) is None:
         return None
+    for b in backends:
+        if (bs not in getattr(b, "draft_decode_metadata_topk_normal", ())
+                or bs not in getattr(b, "draft_decode_metadata_topk_expand", ())):
+            return None
+    return backends
+
+
+def fusable_steps(backends):
+    """``backends`` (the per-step FA3 backends a fused write covers) as a tuple where each is one the
+    fused path writes exactly as SGLang would at every batch size, else None: what a draft runner's
+    plan decides once (v2), the batch-size tables aside."""
     backend_cls = _backend_class()
     for b in backends:
         # getattr defaults: an attribute SGLang no longer sets means "not provably equivalent"
         if (type(b) is not backend_cls or getattr(b, "topk", 0) <= 1 or getattr(b, "page_size", 1) <= 1
                 or getattr(b, "use_sliding_window_kv_pool", True) or getattr(b, "has_local_attention", True)
-                or getattr(b, "has_swa", True)
-                or bs not in getattr(b, "draft_decode_metadata_topk_normal", ())
-                or bs not in getattr(b, "draft_decode_metadata_topk_expand", ())):
+                or getattr(b, "has_swa", True)):
             return None
-    return backends
+    return tuple(backends)
+
+
+def batch_fusable(forward_batch, bs, cpu_lens_needed=True) -> bool:
+    """Whether this batch is one the fused path writes exactly as SGLang would (the per-batch part of
+    :func:`fusable_backends`)."""
+    spec_info = forward_batch.spec_info
+    return not (spec_info is None or not spec_info.is_draft_input() or forward_batch.encoder_lens is not None
+                or (cpu_lens_needed and forward_batch.seq_lens_cpu is None)
+                or forward_batch.out_cache_loc is None or bs < 1
+                # fewer rows than bs: torch's copy_ might broadcast them; the kernel would not
+                or forward_batch.seq_lens.shape[0] < bs or forward_batch.req_pool_indices.shape[0] < bs)
 
 
 @functools.lru_cache(maxsize=1)

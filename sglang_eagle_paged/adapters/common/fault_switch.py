@@ -27,4 +27,4 @@ class FaultSwitch:
             return
         self.reason = fault if isinstance(fault, str) else f"{type(fault).__name__}: {fault}"
         if say:
-            logger.error(self.message, self.reason[:300])
+            logger.error(self.message, self.reason[:600])  # the fault's text and what it means, not a whole dump

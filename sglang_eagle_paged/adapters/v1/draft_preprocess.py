@@ -23,7 +23,7 @@ import time
 import torch
 
 from ...kernels import assign_tree_draft_slots, assign_tree_draft_slots_from_free_pages, tree_extension
-from ...kernels.layout import extend_lens, extension_totals
+from ...tree_layout import extend_lens, extension_totals
 from ...settings import FA3Expand, Mode, Settings
 from ..common import fa3_metadata, kv_copy
 from ..common.fault_switch import FaultSwitch

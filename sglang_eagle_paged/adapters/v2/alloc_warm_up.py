@@ -28,13 +28,9 @@ import torch
 
 from ...hooks import resolve, resolve_first
 from ..common.batch_classes import buckets, int_class_sizes
+from .sglang_api import ASSIGN_ROWS, GET_LAST_LOC, PAGED_ALLOCATOR
 from .warm_up_scope import warm_up_once
 
-PAGED_ALLOCATOR = "sglang.srt.mem_cache.allocator.PagedTokenToKVPoolAllocator"
-# mem_cache.allocation from 0.5.17, mem_cache.common before
-GET_LAST_LOC = ("sglang.srt.mem_cache.allocation.get_last_loc", "sglang.srt.mem_cache.common.get_last_loc")
-ASSIGN_ROWS = ("sglang.srt.mem_cache.allocation.assign_req_to_token_pool_func",
-               "sglang.srt.mem_cache.common.assign_req_to_token_pool_func")
 
 # alloc_for_extend's lengths and last slots, then alloc_for_spec_decode's (its kv lengths are built int32)
 EXTEND_DTYPES = (torch.int64, torch.int32)

@@ -31,7 +31,7 @@ backend (:mod:`.draft_plan`).
 import os
 from typing import NamedTuple
 
-from . import fa3_in_place
+from .sglang_api import FA3_MULTI_STEP_BACKEND, FLASHINFER_DRAFT_BACKEND, TRITON_DRAFT_BACKEND
 
 
 class CopyDecision(NamedTuple):
@@ -46,13 +46,13 @@ class CopyDecision(NamedTuple):
 # 0.5.15.post1, 0.5.17 and 0.5.23): the backend name, whether its draft decode reads the copied
 # slots, and why. Exact classes only: a subclass may read differently, so it copies.
 READERS = {
-    "sglang.srt.layers.attention.flashinfer_backend.FlashInferMultiStepDraftBackend": (
+    FLASHINFER_DRAFT_BACKEND: (
         "flashinfer", False, "flashinfer's draft decode reads per-token indices (page size 1): "
         "the prefix's own slots and each branch's draft slots, never the copied ones"),
-    "sglang.srt.layers.attention.triton_backend.TritonMultiStepDraftBackend": (
+    TRITON_DRAFT_BACKEND: (
         "triton", False, "triton's draft decode reads per-token indices: the prefix's own slots "
         "and each branch's draft slots, never the copied ones"),
-    "sglang.srt.layers.attention.flashattention_backend.FlashAttentionMultiStepBackend": (
+    FA3_MULTI_STEP_BACKEND: (
         "fa3", True, "fa3's (and fa4's) draft decode reads each branch's first page by block id, "
         "copied slots included"),
 }
@@ -67,10 +67,15 @@ def class_path(obj) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def copy_needed(draft_backend) -> CopyDecision:
+REASON_IN_PLACE = ("fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): the first pass reads the prefix's "
+                   "partial last page, the expand pass only each branch's own draft slots")
+
+
+def copy_needed(draft_backend, in_place: bool = False) -> CopyDecision:
     """Copy (and why) when the prefix-tail duplication must copy for a draft decode run by
     ``draft_backend`` (SGLang's multi-step draft backend object, or None); no copy where no reader
-    can see what it would copy, or FA3 reads the tail in place."""
+    can see what it would copy, or FA3 reads the tail in place (``in_place``: every step backend of
+    ``draft_backend`` covered, as the draft plan decides)."""
     if draft_backend is None:
         return CopyDecision(True, "no multi-step draft decode backend (steps <= 1, or not built yet): "
                                   "copy as SGLang does")
@@ -80,8 +85,8 @@ def copy_needed(draft_backend) -> CopyDecision:
         return CopyDecision(True, f"draft decode backend {path} is not covered by the proof: copy as SGLang does")
     _name, reads, why = entry
     if reads:
-        if fa3_in_place.reads_in_place(draft_backend):  # SGLANG_EAGLE_PAGED_FA3_IN_PLACE, covered backends
-            return CopyDecision(False, fa3_in_place.REASON, in_place=True)
+        if in_place:  # SGLANG_EAGLE_PAGED_FA3_IN_PLACE, covered backends
+            return CopyDecision(False, REASON_IN_PLACE, in_place=True)
         return CopyDecision(True, why)
     if os.environ.get(_HND_ENV, "").strip().lower() in _TRUE:
         return CopyDecision(True, f"{_HND_ENV} (HND pool layout) is not covered by the proof: copy as SGLang does")

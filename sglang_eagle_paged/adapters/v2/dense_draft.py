@@ -21,18 +21,19 @@ The two pieces SGLang cannot be told through its own arguments, proven on its ow
 fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
 from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
 
-Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.DENSE_DRAFT_PROVEN``)
-the hooks are (:func:`hooks`):
+Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (``1``; ``auto``, the default, where ``releases.PROVEN``'s
+GPU row says, nowhere yet) the hooks are (built by :mod:`.hook_table`, each handed the one
+:class:`DenseLayout` they serve):
 
-- AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the plan is
-  on (``get_alloc_reserve_per_decode`` and so the allocation and the retract gate follow; the
+- AROUND ``allocation_sizing.get_alloc_len_per_decode``: page 1's per-step length once the layout
+  is on (``get_alloc_reserve_per_decode`` and so the allocation and the retract gate follow; the
   ``req_to_token`` rows, sized before any draft worker exists, keep SGLang's width);
 - AROUND ``prepare_for_draft``: after SGLang's paged branch, its ``out_cache_loc`` rewritten in
-  place with the dense slots (the duplication hook copies nothing while the plan is on);
+  place with the dense slots (the duplication hook copies nothing while the layout is on);
 - REPLACE the ``generate_draft_decode_kv_indices`` globals of triton's and flashinfer's backend
   modules with :class:`DenseDraftIndices` (as a class: :func:`index_kernel_hook`).
 
-:func:`decide` turns the plan on, once per process, from the draft worker SGLang built (after its
+:func:`decide` turns the layout on, once per process, from the draft worker SGLang built (after its
 ``init_attention_backend``): flashinfer's or triton's multi-step draft backend, no draft window,
 no translated reads, the plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or
 STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps SGLang's layout,
@@ -45,7 +46,7 @@ the per-branch positions). So after a fault anywhere on our v2 paths (:mod:`.fau
 line) the reserve is SGLang's at once, for the rounds allocated from then on; the round in flight
 keeps the dense slots (SGLang's own page-1 slot kernel, ``assign_draft_cache_locs_contiguous``,
 writes them where our gather faulted); and the first draft whose round was allocated since then
-hands the layout back (:meth:`Plan.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
+hands the layout back (:meth:`DenseLayout.hand_back`): SGLang's per-branch slots, its prefix-tail copy and
 its readers from that round on. The per-step hook bodies are the draft step's (:mod:`.draft_step`).
 """
 
@@ -53,18 +54,18 @@ import logging
 
 import torch
 
+from ...hooks import resolve
+from ...tree_layout import dense_positions, len_per_decode, paged_tree, reserve_per_decode
+from . import fault, pools
+from . import sglang_api as api
+
 logger = logging.getLogger("sglang_eagle_paged")
 
-_SIZING = "sglang.srt.mem_cache.allocation_sizing.get_alloc_len_per_decode"
-_PREPARE = "sglang.srt.speculative.eagle_worker_common.prepare_for_draft"
-_READERS = {
-    "triton": "sglang.srt.layers.attention.triton_backend",
-    "flashinfer": "sglang.srt.layers.attention.flashinfer_backend",
-}
-_KERNEL = "generate_draft_decode_kv_indices"
+_READERS = {"triton": api.TRITON_MODULE, "flashinfer": api.FLASHINFER_MODULE}
+_KERNEL = api.INDEX_KERNEL
 _BACKENDS = {  # the draft decode backends whose reads go through the index kernel alone
-    _READERS["triton"] + ".TritonMultiStepDraftBackend": "triton",
-    _READERS["flashinfer"] + ".FlashInferMultiStepDraftBackend": "flashinfer",
+    api.TRITON_DRAFT_BACKEND: "triton",
+    api.FLASHINFER_DRAFT_BACKEND: "flashinfer",
 }
 _ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 _WORKERS = ("EagleDraftWorker", "StandaloneDraftWorker")
@@ -73,12 +74,6 @@ _WORKERS = ("EagleDraftWorker", "StandaloneDraftWorker")
 # follows req_pool_indices, req_to_token, paged_kernel_lens, kv_indices, kv_indptr, positions, the
 # row stride or pool_len, two buffer strides and three power-of-two bounds).
 PAGE_SIZE_ARG = 12
-
-
-def dense_positions(seq_lens: torch.Tensor, topk: int, steps: int) -> torch.Tensor:
-    """Row positions of the draft slots, ``(bs, topk * steps)`` branch-major: ``L + t*steps + s``."""
-    offsets = torch.arange(topk * steps, device=seq_lens.device, dtype=torch.int64)
-    return seq_lens.to(torch.int64).view(-1, 1) + offsets.view(1, -1)
 
 
 def dense_out_cache_loc(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
@@ -95,42 +90,45 @@ def dense_out_cache_loc(req_to_token: torch.Tensor, req_pool_indices: torch.Tens
     return out
 
 
-class DenseDraftIndices:
-    """SGLang's ``generate_draft_decode_kv_indices`` kernel, launched (``kernel[grid](...)``) with
-    ``page_size`` 1 while ``active()`` says the dense layout serves: each branch's list is then its
-    prefix ``[0, L)`` and ``L + t*steps + [0, i]``, page 1's list. Everything else, the launch
-    grid and every other argument included, is SGLang's. A launch that translates its reads
-    (0.5.23's ``TRANSLATE``/``ENTRY_PAGE_SIZE``, where ``page_size`` also sizes the translation's
-    pages) is refused with ``ValueError``: the caller must not have chosen the dense layout there."""
+def page_1_arguments(args: tuple, kwargs: dict) -> tuple:
+    """``generate_draft_decode_kv_indices``' positional arguments with ``page_size`` 1, its page-1
+    formula; ``ValueError`` where the launch is not the one the dense layout was proven on (reads
+    translated by 0.5.23's ``TRANSLATE``/``ENTRY_PAGE_SIZE``, where ``page_size`` also sizes the
+    translation's pages; ``page_size`` no longer the 13th positional argument)."""
+    if kwargs.get("TRANSLATE") or kwargs.get("ENTRY_PAGE_SIZE", 1) != 1:
+        raise ValueError("the dense draft layout does not cover translated draft reads")
+    if len(args) <= PAGE_SIZE_ARG or "page_size" in kwargs:
+        raise ValueError("generate_draft_decode_kv_indices: page_size is not its 13th positional argument")
+    return args[:PAGE_SIZE_ARG] + (1,) + args[PAGE_SIZE_ARG + 1:]
 
-    def __init__(self, kernel, active=lambda: True):
+
+class DenseDraftIndices:
+    """SGLang's ``generate_draft_decode_kv_indices`` kernel, launched (``kernel[grid](...)``) through
+    ``serve(launch, args, kwargs)`` while ``active()`` says the dense layout serves (the draft step's
+    :func:`.draft_step.dense_index_launch`: :func:`page_1_arguments`, under the fault rule): each
+    branch's list is then its prefix ``[0, L)`` and ``L + t*steps + [0, i]``, page 1's list. Everything
+    else, the launch grid and every other argument included, is SGLang's."""
+
+    def __init__(self, kernel, active=lambda: True, serve=None):
         self.kernel = kernel
         self.active = active
+        self.serve = serve if serve is not None else (lambda launch, a, k: launch(*page_1_arguments(a, k), **k))
 
     def __getitem__(self, grid):
         launch = self.kernel[grid]
         if not self.active():
             return launch
-
-        def dense_launch(*args, **kwargs):
-            if kwargs.get("TRANSLATE") or kwargs.get("ENTRY_PAGE_SIZE", 1) != 1:
-                raise ValueError("the dense draft layout does not cover translated draft reads")
-            if len(args) <= PAGE_SIZE_ARG or "page_size" in kwargs:
-                raise ValueError("generate_draft_decode_kv_indices: page_size is not its 13th positional argument")
-            args = args[:PAGE_SIZE_ARG] + (1,) + args[PAGE_SIZE_ARG + 1:]
-            return launch(*args, **kwargs)
-
-        return dense_launch
+        return lambda *args, **kwargs: self.serve(launch, args, kwargs)
 
     def __getattr__(self, name):  # the kernel's own attributes (fn, cache, ...)
         return getattr(self.kernel, name)
 
 
-def index_kernel_hook(kernel, active):
+def index_kernel_hook(kernel, active, serve=None):
     """What replaces a module's ``generate_draft_decode_kv_indices`` global: a class, since SGLang's
     HookRegistry substitutes a class as it is (any other REPLACE hook becomes a plain function, which
     the callers' ``kernel[grid](...)`` cannot subscript); ``kernel[grid]`` is :class:`DenseDraftIndices`'s."""
-    dense = DenseDraftIndices(kernel, active)
+    dense = DenseDraftIndices(kernel, active, serve)
 
     class DenseDraftIndexKernel:
         def __class_getitem__(cls, grid):
@@ -148,11 +146,16 @@ def is_hooked(reader) -> bool:
 # --------------------------------------------------------------------------- the plan
 
 
-class Plan:
-    """This process's answer, decided once when the draft worker's backend exists."""
+class DenseLayout:
+    """The dense layout as one set of installed hooks serves it: built by the hook table where the
+    setting asks for it and handed to the bodies that read it (the scheduler's reserve, the draft
+    preparation, the index kernel, the warm-up), never a module global. It holds what is the
+    process's and not one runner's: the scheduler's reserve and the fault switch are per process,
+    so the layout is too; which runner it serves is that runner's plan (:mod:`.draft_plan`).
+    Decided once (:func:`decide`), when the draft worker's backend exists."""
 
-    def __init__(self):
-        self.asked = False          # the setting is on and the hooks are installed
+    def __init__(self, backends=None):
+        self.backends = backends    # auto: the backends the GPU suite proved (None: every one covered)
         self.active = False         # the dense layout serves
         self.len_per_decode = None  # page 1's get_alloc_len_per_decode: max(steps * topk, draft tokens)
         self.decided = None         # the line that said so
@@ -164,14 +167,8 @@ class Plan:
         logger.warning("[sglang-eagle-paged] dense draft layout handed back after a fault: SGLang's per-branch "
                        "layout and reserve serve from this round on")
 
-    def reset(self):
-        self.__init__()
 
-
-PLAN = Plan()
-
-
-def refusal(worker) -> str | None:
+def refusal(worker, dense: DenseLayout) -> str | None:
     """None where the dense layout covers ``worker`` (a v2 draft worker after ``init_attention_backend``);
     else why not, in one line."""
     runner = getattr(worker, "draft_runner", None)
@@ -180,6 +177,9 @@ def refusal(worker) -> str | None:
     name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
     if name is None:
         return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
+    if dense.backends is not None and name not in dense.backends:
+        return (f"{name} is not proven by the GPU suite (SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto serves "
+                f"{', '.join(dense.backends) or 'none'}; =1 asks for it)")
     if type(worker).__name__ not in _WORKERS:
         return f"{type(worker).__name__} is not covered (EAGLE, EAGLE3 and STANDALONE draft workers are)"
     args = getattr(worker, "server_args", None)
@@ -200,8 +200,6 @@ def refusal(worker) -> str | None:
     translator = getattr(backend, "kv_index_translator", None)
     if translator is not None and getattr(translator, "is_translating", True):
         return "translated KV reads"
-    from . import pools
-
     pool = getattr(runner, "token_to_kv_pool", None)
     problem = pools.layout_reason(pool)
     if problem is not None:
@@ -212,17 +210,17 @@ def refusal(worker) -> str | None:
     return None
 
 
-def decide(worker) -> bool:
-    """Turn the plan on for this process where ``worker`` is covered; one line either way, once."""
-    if not PLAN.asked or PLAN.decided is not None:
-        return PLAN.active
+def decide(worker, dense: DenseLayout | None) -> bool:
+    """Turn ``dense`` on where ``worker`` is covered; one line either way, once (None: not asked)."""
+    if dense is None or dense.decided is not None:
+        return dense is not None and dense.active
     topk = getattr(worker, "topk", 1) or 1
     runner = getattr(worker, "draft_runner", None)
     page = getattr(getattr(runner, "token_to_kv_pool", None), "page_size", 1) or 1
-    if topk <= 1 or page <= 1:
+    if not paged_tree(page, topk):
         return False  # SGLang's layout is page 1's already
     try:
-        problem = refusal(worker)
+        problem = refusal(worker, dense)
         if problem is None:  # our gather once on the runner's own rows, before serving
             rows = runner.req_to_token_pool.req_to_token
             zero = torch.zeros(1, dtype=torch.int64, device=rows.device)
@@ -232,48 +230,24 @@ def decide(worker) -> bool:
     steps = getattr(worker, "speculative_num_steps", 1) or 1
     tokens = getattr(worker, "speculative_num_draft_tokens", 0) or 0
     if problem is None:
-        from ...kv_reserve import reserve_per_decode
-
-        PLAN.len_per_decode = max(steps * topk, tokens)
-        PLAN.active = True
-        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
-                        f"slots of page 1, nothing copied, {2 * PLAN.len_per_decode:,} KV slots reserved per running "
-                        f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")
-        logger.info(PLAN.decided)
+        dense.len_per_decode = len_per_decode(page, topk, steps, tokens, dense=True)
+        dense.active = True
+        fault.also_say(f"the dense draft layout hands back to SGLang's per-branch layout and its reserve of "
+                       f"{reserve_per_decode(page, topk, steps, tokens):,} KV slots per running request: a pool "
+                       f"sized for the dense reserve ({2 * dense.len_per_decode:,}) may retract requests")
+        dense.decided = (f"[sglang-eagle-paged] dense draft layout on (SGLANG_EAGLE_PAGED_DENSE_DRAFT): the draft "
+                         f"slots of page 1, nothing copied, {2 * dense.len_per_decode:,} KV slots reserved per running "
+                         f"request instead of {reserve_per_decode(page, topk, steps, tokens):,}")
+        logger.info(dense.decided)
     else:
-        PLAN.decided = (f"[sglang-eagle-paged] dense draft layout off, SGLang's per-branch layout serves: {problem}")
-        logger.warning(PLAN.decided)
-    return PLAN.active
+        dense.decided = (f"[sglang-eagle-paged] dense draft layout off, SGLang's per-branch layout serves: {problem}")
+        logger.warning(dense.decided)
+    return dense.active
 
 
 # --------------------------------------------------------------------------- the hooks
 
 
 def sglang_page_1_slots(req_to_token, req_pool_indices, seq_lens, topk, steps, out):
-    from sglang.kernels.ops.speculative.cache_locs import assign_draft_cache_locs_contiguous
-
-    assign_draft_cache_locs_contiguous[(seq_lens.shape[0],)](
+    resolve(api.PAGE_1_SLOTS)[(seq_lens.shape[0],)](
         req_pool_indices, req_to_token, seq_lens, out, req_to_token.shape[1], topk, steps)
-
-
-def hooks(version=None) -> list:
-    """``(target, function, kind, required)`` for the setting on ``version``; none, with one line,
-    where the release is not proven."""
-    from ...hooks import resolve
-    from ...releases import dense_draft_problem
-    from .draft_step import around_len_per_decode, around_prepare_for_draft
-
-    problem = dense_draft_problem(version)
-    if problem:
-        logger.info("[sglang-eagle-paged] %s", problem)
-        return []
-    PLAN.asked = True
-    out = [(_SIZING, around_len_per_decode, "around", True), (_PREPARE, around_prepare_for_draft, "around", True)]
-    for module in _READERS.values():
-        try:
-            kernel = resolve(f"{module}.{_KERNEL}")
-        except Exception as exc:  # noqa: BLE001 -- a backend this machine cannot import: decide() refuses it
-            logger.info("[sglang-eagle-paged] dense draft: %s does not import here (%s)", module, type(exc).__name__)
-            continue
-        out.append((f"{module}.{_KERNEL}", index_kernel_hook(kernel, lambda: PLAN.active), "replace", False))
-    return out

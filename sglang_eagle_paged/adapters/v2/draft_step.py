@@ -1,8 +1,10 @@
 """One draft step on SGLang's v2 worker as our hooks serve it: every line of ours that runs per
 draft step, in the order SGLang calls it. Nothing here decides anything that was known before the
-step: the layout, the copy and the readers were decided once per draft runner (:mod:`.draft_plan`),
-fa3's coverage once per step backend (:func:`.fa3_in_place.after_backend_init`), the dense layout
-once per process (:func:`.dense_draft.decide`). The arithmetic each step calls lives beside its
+step: the layout, the copy, the readers and fa3's metadata path were decided once per draft runner
+(:mod:`.draft_plan`), fa3's coverage once per step backend (:func:`.fa3_in_place.after_backend_init`),
+the dense layout once per process (:func:`.dense_draft.decide`; the bodies that read it are handed
+its :class:`.dense_draft.DenseLayout` by the hook table). A step reads plan fields after identity
+checks. The arithmetic each step calls lives beside its
 proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernels).
 
 1. The scheduler's reserve for the round (:func:`around_len_per_decode`): page 1's where the dense
@@ -16,10 +18,12 @@ proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernel
    builder (:func:`expand_hook`); fa3 in place rewrites SGLang's (:func:`after_metadata`) and gives
    the expand call of each layer a per-token view (:func:`around_flash_attn`). triton's and
    flashinfer's index kernel launches with page 1 where the dense layout serves
-   (:class:`.dense_draft.DenseDraftIndices`).
+   (:func:`dense_index_launch`).
 
 The fault rule (:mod:`.fault`): whatever our code raises here is caught, SGLang's own path serves
-that call and every later one, one ERROR line per process.
+that call and every later one, one ERROR line per process; each body narrows it where SGLang's plain
+result is not the right one (the dense slots, the index kernel), and the hook table runs every body
+under :func:`.fault.guarded` for whatever its own ``try`` does not reach.
 """
 
 import functools
@@ -32,37 +36,37 @@ from . import dense_draft, draft_plan, fa3_in_place, fa3_replay, fault
 # --------------------------------------------------------------------------- 1, 2: the dense layout
 
 
-def around_len_per_decode(original, *args, **kwargs):
+def around_len_per_decode(dense, original, *args, **kwargs):
+    """The scheduler's per-step allocation (``dense``: the installed :class:`.dense_draft.DenseLayout`)."""
     value = original(*args, **kwargs)
-    plan = dense_draft.PLAN
-    if not plan.active or plan.len_per_decode is None:
+    if not dense.active or dense.len_per_decode is None:
         return value
     if fault.SWITCH:  # SGLang's reserve for every round allocated from now on: its layout can serve them
-        plan.sglang_reserve = True
+        dense.sglang_reserve = True
         return value
-    return min(value, plan.len_per_decode)  # never more than SGLang's own
+    return min(value, dense.len_per_decode)  # never more than SGLang's own
 
 
-def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner,
-                             topk, num_steps, *args, **kwargs):
-    plan = dense_draft.PLAN
+def around_prepare_for_draft(dense, original, draft_input, req_to_token_pool, batch, cuda_graph_runner,
+                             draft_model_runner, topk, num_steps, *args, **kwargs):
     # after a fault: the first draft whose round was allocated with SGLang's reserve (a scheduling step
     # asked for it since; none is asked inside a forward) takes SGLang's layout, before its paged branch
-    if plan.active and plan.sglang_reserve:
-        plan.hand_back()
+    if dense.active and dense.sglang_reserve:
+        dense.hand_back()
     result = original(draft_input, req_to_token_pool, batch, cuda_graph_runner, draft_model_runner, topk, num_steps,
                       *args, **kwargs)
-    if not plan.active or topk <= 1 or batch.forward_mode.is_idle() \
-            or batch.token_to_kv_pool_allocator.page_size <= 1:
+    if not dense.active or topk <= 1:
         return result
     rows, idx, lens, out = req_to_token_pool.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc
-    if not fault.SWITCH:
-        try:
+    try:
+        if batch.forward_mode.is_idle() or batch.token_to_kv_pool_allocator.page_size <= 1:
+            return result
+        if not fault.SWITCH:
             dense_draft.dense_out_cache_loc(rows, idx, lens, topk, num_steps, out=out)
             return result
-        except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
-            fault.trip("dense draft slot gather (this round's slots from SGLang's page-1 slot kernel, SGLang's "
-                       "per-branch layout from the next round allocated)", exc)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's page-1 kernel, same slots
+        fault.trip("dense draft slot gather (this round's slots from SGLang's page-1 slot kernel, SGLang's "
+                   "per-branch layout from the next round allocated)", exc)
     dense_draft.sglang_page_1_slots(rows, idx, lens, topk, num_steps, out)
     return result
 
@@ -70,8 +74,9 @@ def around_prepare_for_draft(original, draft_input, req_to_token_pool, batch, cu
 # --------------------------------------------------------------------------- 3: the prefix-tail copy
 
 
-def duplication_hook(mode: Mode):
-    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake)."""
+def duplication_hook(mode: Mode, dense=None):
+    """The AROUND hook for ``duplicate_prefix_tail_to_draft_branches`` in ``mode`` (on or fake);
+    ``dense``: the installed :class:`.dense_draft.DenseLayout` (None: not asked)."""
     mode = Mode(mode)
     if mode is Mode.OFF:
         raise ValueError("mode off installs no hook")
@@ -82,7 +87,7 @@ def duplication_hook(mode: Mode):
         # SGLang's own early return (topk 1: no other branch to fill); fake copies nothing; the dense
         # layout has no prefix tail to copy, before the fault rule too, since its rounds were
         # allocated without the per-branch pages SGLang's function would write
-        if topk <= 1 or fake or dense_draft.PLAN.active:
+        if topk <= 1 or fake or (dense is not None and dense.active):
             return None
         if not fault.SWITCH:
             try:
@@ -106,9 +111,12 @@ def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND ``FlashAttentionMultiStepBackend.init_forward_metadata_out_graph``: every step's replay
     metadata in one launch where that writes what SGLang would (:mod:`.fa3_replay`)."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and not fault.SWITCH and isinstance(bs, int) and not fa3_replay.reads_in_place(multi):
+    if not in_capture and not fault.SWITCH and isinstance(bs, int):
         try:
-            if fa3_replay.wrote_fused(multi, forward_batch, bs):
+            plan = draft_plan.for_fa3(multi)
+            # a backend whose steps reach no pool has no runner's plan (tools, benchmarks): its path now
+            path = plan.fa3 if plan is not None else draft_plan.fa3_path(multi)
+            if path is not None and fa3_replay.wrote_fused(multi, forward_batch, bs, path):
                 return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
             fault.trip("fa3 fused draft metadata", exc)
@@ -148,6 +156,24 @@ def _to_in_place(backend, forward_batch) -> None:
     fa3_in_place.rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
                                         out_cache_loc.view(-1, backend.speculative_num_steps),
                                         backend.speculative_step_id + 1)
+
+
+def dense_index_launch(launch, args, kwargs):
+    """triton's and flashinfer's draft index kernel (``generate_draft_decode_kv_indices``, launched from
+    SGLang's ``common_template``) with ``page_size`` 1 where the dense layout serves
+    (:class:`.dense_draft.DenseDraftIndices`). A fault in ours (the argument rewrite, or the launch it
+    makes) never reaches SGLang's caller: SGLang's own launch serves that call, and the layout goes
+    back as after any fault (SGLang's reserve for the rounds allocated from now on, its layout from
+    the first of them). A round already allocated dense then reads SGLang's per-branch positions of
+    its rows: slot ids of this pool all the same (rows start zeroed and only ever hold slots), so the
+    read stays in the pool and only that round's draft is off; the verify decides what is emitted."""
+    try:
+        dense = dense_draft.page_1_arguments(args, kwargs)
+        return launch(*dense, **kwargs)
+    except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's launch serves this call
+        fault.trip("dense draft index kernel (SGLang's launch for this call, SGLang's per-branch layout from "
+                   "the next round allocated)", exc)
+    return launch(*args, **kwargs)
 
 
 def around_flash_attn(original, *args, **kwargs):

@@ -44,18 +44,13 @@ not imported here.
 
 import logging
 
-from . import fault, pools
+from ...tree_layout import paged_tree
+from . import backends, fault, pools
+from . import sglang_api as api
 
-FA3_MODULE = "sglang.srt.layers.attention.flashattention_backend"
-BACKEND = FA3_MODULE + ".FlashAttentionBackend"
-TARGETS = {
-    "init": BACKEND + ".__init__",
-    "eager": BACKEND + ".init_forward_metadata",
-    "graph": BACKEND + ".init_forward_metadata_out_graph",
-    "kernel": FA3_MODULE + ".flash_attn_with_kvcache",
-}
-REASON = ("fa3 in place (SGLANG_EAGLE_PAGED_FA3_IN_PLACE): the first pass reads the prefix's "
-          "partial last page, the expand pass only each branch's own draft slots")
+TARGETS = {"init": api.FA3_INIT, "eager": api.FA3_EAGER_METADATA, "graph": api.FA3_GRAPH_METADATA,
+           "kernel": api.FA3_KERNEL}
+REASON = backends.REASON_IN_PLACE
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -154,16 +149,22 @@ def _translated(backend) -> bool:
 
 
 def after_backend_init(result, backend, *args, **kwargs):
-    if not getattr(backend, "is_draft_runner", False) or backend.topk <= 1 or backend.page_size <= 1:
+    if not getattr(backend, "is_draft_runner", False) or not paged_tree(backend.page_size, backend.topk):
         return None
     try:
         problem = not_covered(backend)
-    except Exception as exc:  # noqa: BLE001 -- our check, never a reason not to start: the copy stays
+    except Exception as exc:  # noqa: BLE001 -- our check, never a reason not to start: SGLang's split and copy
+        fault.trip("fa3 in place coverage check", exc)
         problem = f"the check failed ({type(exc).__name__}: {exc})"
     setattr(backend, MARK, problem is None)
     if problem is not None:
         logger.info("[sglang-eagle-paged] fa3 in place off, the prefix tail is copied: %s", problem)
     return None
+
+
+def covered(step) -> bool:
+    """Whether :func:`after_backend_init` found ``step`` (a per-step FA3 backend) covered."""
+    return getattr(step, MARK, False)
 
 
 def reads_in_place(draft_backend) -> bool:
@@ -172,13 +173,3 @@ def reads_in_place(draft_backend) -> bool:
     steps = list(getattr(draft_backend, "attn_backends", ()) or ())
     return not fault.SWITCH and bool(steps) and all(
         getattr(step, MARK, False) and (getattr(step, "dcp_size", 1) or 1) <= 1 for step in steps)
-
-
-def hooks() -> list:
-    """``(target, function, kind)`` for :mod:`sglang_eagle_paged.hooks`."""
-    from .draft_step import after_metadata, around_flash_attn
-
-    return [(TARGETS["init"], after_backend_init, "after"),
-            (TARGETS["eager"], after_metadata, "after"),
-            (TARGETS["graph"], after_metadata, "after"),
-            (TARGETS["kernel"], around_flash_attn, "around")]

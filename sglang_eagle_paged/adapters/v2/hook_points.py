@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from ...hooks import resolvable, resolve
+# DRAFT_WORKERS, WARM_UP_METHOD: the draft workers' warm-up targets, read here by the tests and tools
+from .sglang_api import DRAFT_WORKERS, DUPLICATE, DUPLICATE_HOMES, DUPLICATE_PARAMETERS, WARM_UP_METHOD  # noqa: F401
 
-FUNCTION = "duplicate_prefix_tail_to_draft_branches"
-PARAMETERS = ("token_to_kv_pool", "rows", "prefix_base", "last_page", "num_new_pages", "topk", "page_size")
+FUNCTION = DUPLICATE
+PARAMETERS = DUPLICATE_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -40,30 +42,12 @@ class Home:
         return Version(self.first) <= Version(version) <= Version(self.last)
 
 
-_SPEC = "sglang.srt.speculative."
-HOMES = (
-    Home(_SPEC + "eagle_info_v2", _SPEC + "eagle_info_v2.EagleDraftInputV2Mixin.prepare_for_v2_draft",
-         "0.5.13", "0.5.13.post1"),
-    Home(_SPEC + "base_spec_worker", _SPEC + "base_spec_worker.EagleDraftWorkerBase.prepare_for_draft",
-         "0.5.14", "0.5.15.post1"),
-    Home(_SPEC + "eagle_worker_common", _SPEC + "eagle_worker_common.prepare_for_draft", "0.5.16", "0.5.23"),
-)
+HOMES = tuple(Home(*home) for home in DUPLICATE_HOMES)
 NEWEST = HOMES[-1]
 
 # fingerprint() of the function in every home: measured on the published wheels of
 # 0.5.13.post1, 0.5.15.post1, 0.5.17 and 0.5.23 (tests/adapters/v2/test_hook_points.py).
 KNOWN_FINGERPRINTS = frozenset({"696f0ff1978c13e2"})
-
-# The draft workers whose pool and draft decode backend exist once WARM_UP_METHOD returns: the
-# warm-up's "after" hooks, on each class that defines it (0.5.13.post1 .. 0.5.23: EagleDraftWorker
-# and MultiLayerEagleDraftWorker, a sibling class; StandaloneDraftWorker inherits EagleDraftWorker's).
-WARM_UP_METHOD = "init_attention_backend"
-DRAFT_WORKERS = (
-    _SPEC + "eagle_worker_v2.EagleDraftWorker",
-    _SPEC + "standalone_worker_v2.StandaloneDraftWorker",
-    _SPEC + "multi_layer_eagle_worker_v2.MultiLayerEagleDraftWorker",
-)
-
 
 class _StripDocstrings(ast.NodeTransformer):
     def _strip(self, node):

@@ -8,15 +8,15 @@ this pool holds; it is a WARNING where the running-request cap cannot fit even t
 only: a failure is logged at debug level and changes nothing.
 """
 
-from ...kv_reserve import reserve_per_decode
-from . import dense_draft
+from ...tree_layout import reserve_per_decode
 from .warm_up_scope import logger, paged_tree_pools, shared
 
 _NOTED_ATTR = "_eagle_paged_v2_reserve_noted"
 
 
-def note(worker) -> str | None:
-    """Log (once per pool) and return the line for a paged tree draft worker whose pools exist."""
+def note(worker, dense: bool = False) -> str | None:
+    """Log (once per pool) and return the line for a paged tree draft worker whose pools exist
+    (``dense``: the dense draft layout serves it)."""
     try:
         found = paged_tree_pools(worker)
         if found is None:
@@ -26,7 +26,7 @@ def note(worker) -> str | None:
             return None
         page, topk = allocator.page_size, worker.topk
         steps, draft = worker.speculative_num_steps, worker.speculative_num_draft_tokens
-        reserve = reserve_per_decode(page, topk, steps, draft, dense=dense_draft.PLAN.active)
+        reserve = reserve_per_decode(page, topk, steps, draft, dense=dense)
         size = int(allocator.size)
         cap = getattr(getattr(worker, "server_args", None), "max_running_requests", None) or \
             getattr(shared(worker, "req_to_token_pool"), "size", None)

@@ -27,9 +27,9 @@ from types import SimpleNamespace
 import torch
 
 from ...hooks import resolve
+from .sglang_api import MOVE
 from .warm_up_scope import warm_up_once
 
-MOVE = "sglang.srt.speculative.spec_utils.move_accept_tokens_to_target_kvcache"
 
 
 def warm_up_move(allocator, req_to_token: torch.Tensor, depth: int, draft_tokens: int, max_batch: int) -> int:

@@ -13,7 +13,9 @@ replaces a buffer; the plan logs which path serves each pool class, once per pro
 
 import logging
 
+from ...hooks import resolve
 from ..common import kv_copy
+from .sglang_api import ENVIRON
 
 logger = logging.getLogger("sglang_eagle_paged")
 
@@ -24,8 +26,8 @@ OURS = "one-launch duplication (plain NHD K/V rows)"
 
 def _native_move_env() -> bool:
     try:
-        from sglang.srt.environ import envs
-    except ImportError:
+        envs = resolve(ENVIRON)
+    except (ImportError, AttributeError):
         return False
     var = getattr(envs, "SGLANG_NATIVE_MOVE_KV_CACHE", None)
     return bool(var.get()) if var is not None else False

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from sglang_eagle_paged.adapters.common import kv_copy  # noqa: E402
 from sglang_eagle_paged.tools.harness import PagedTreeHarness  # noqa: E402
-from sglang_eagle_paged.kernels.layout import extend_lens  # noqa: E402
+from sglang_eagle_paged.tree_layout import extend_lens  # noqa: E402
 from sglang_eagle_paged.settings import MODE as ENV_VAR, Mode  # noqa: E402
 from sglang_eagle_paged.adapters.v1.draft_preprocess import draft_preprocess_decode, draft_preprocess_decode_hook  # noqa: E402
 
@@ -440,7 +440,7 @@ def test_allocator_restored_over_many_random_steps(monkeypatch):
 def _sorting_allocator_short_of_free_pages():
     """A need_sort allocator (PD disaggregation) whose free list is short of the batch's tree while
     its release list holds enough: SGLang's allocation merges the two lists."""
-    from sglang_eagle_paged.kernels.layout import extension_totals
+    from sglang_eagle_paged.tree_layout import extension_totals
 
     h = PagedTreeHarness(16, 4, 3, num_tokens=16 * 64, head_num=1, head_dim=8, max_reqs=24, need_sort=True)
     rows = []
@@ -739,7 +739,7 @@ FALLBACK_CASE = (16, 4, 3, [5, 33, 17, 48, 2, 31])
 
 
 def _exact_need(h, rows):
-    from sglang_eagle_paged.kernels.layout import new_pages
+    from sglang_eagle_paged.tree_layout import new_pages
 
     lens = torch.tensor([len(h.requests[r]) for r in rows])
     return int(new_pages(lens, h.page_size, h.topk, h.steps).sum())

@@ -37,8 +37,8 @@ from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width  # n
 from helpers.draft_tree import (  # noqa: E402
     HEAD_DIM, HEADS, UNALLOCATED, draft_forward_batch, make_case, plain_translator)
 from sglang_eagle_paged.adapters.v2 import fault  # noqa: E402
-from sglang_eagle_paged.adapters.v2.dense_draft import (  # noqa: E402
-    DenseDraftIndices, dense_out_cache_loc, dense_positions)
+from sglang_eagle_paged.adapters.v2.dense_draft import DenseDraftIndices, dense_out_cache_loc  # noqa: E402
+from sglang_eagle_paged.tree_layout import dense_positions  # noqa: E402
 from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 from test_fa3_in_place import (  # noqa: E402,F401  (the autouse fixture: SGLang's expand builder as written)
     SCALE, _draft_step_metadata, _expand_builder_as_written, _paged_kv, ours, two_pass)

@@ -41,9 +41,11 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache  # noqa: E402
 
 from sglang.srt.speculative import eagle_worker_common as ewc  # noqa: E402
+from sglang.srt.layers.attention import triton_backend as trb  # noqa: E402
 
 from sglang_eagle_paged.adapters.v2 import dense_draft, fault, hook_points  # noqa: E402
-from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc, dense_positions  # noqa: E402
+from sglang_eagle_paged.adapters.v2.dense_draft import dense_out_cache_loc  # noqa: E402
+from sglang_eagle_paged.tree_layout import dense_positions  # noqa: E402
 from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -63,9 +65,9 @@ class _Req(SimpleNamespace):
 
 
 # The hooks of SGLANG_EAGLE_PAGED_DENSE_DRAFT this file runs SGLang's rounds through: the reserve, the
-# draft preparation and the duplication its paged branch calls.
+# draft preparation, the duplication its paged branch calls and triton's draft index kernel.
 HOOKED = {"sizing": (sizing, "get_alloc_len_per_decode"), "prepare": (ewc, "prepare_for_draft"),
-          "duplicate": (ewc, hook_points.FUNCTION)}
+          "duplicate": (ewc, hook_points.FUNCTION), "index": (trb, "generate_draft_decode_kv_indices")}
 
 
 @pytest.fixture
@@ -78,15 +80,18 @@ def dense_hooks(monkeypatch):
     from sglang_eagle_paged.adapters import v2
     from sglang_eagle_paged.settings import Settings
 
+    from sglang_eagle_paged.adapters.v2 import hook_table
+
     monkeypatch.setattr(fault.SWITCH, "reason", None)
-    for name, value in (("asked", True), ("active", True), ("len_per_decode", None), ("decided", None),
-                        ("sglang_reserve", False)):  # before the hooks: dense_draft.hooks sets "asked"
-        monkeypatch.setattr(dense_draft.PLAN, name, value)
+    monkeypatch.setattr(fault, "_CONSEQUENCES", [])
     with hook_sandbox(monkeypatch, HOOKED) as (_originals, read):
         wanted = {f"{m.__name__}.{a}" for m, a in HOOKED.values()}
-        hooks.install([h for h in v2.hooks(Settings(dense_draft=True), "0.5.23") if h.target in wanted], "test")
+        listed = v2.hooks(Settings(dense_draft=True), "0.5.23")
+        hooks.install([h for h in listed if h.target in wanted], "test")
         read()  # what the sandbox puts back wherever the registry rebound it
-        yield dense_draft.PLAN
+        dense = hook_table.dense_layout_of(listed)
+        dense.active = True  # as dense_draft.decide turns it on (the test sets len_per_decode for its tree)
+        yield dense
 
 
 @pytest.fixture(scope="module")
@@ -235,14 +240,14 @@ class Server:
             self.rows.free(state)
 
 
-def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
+def _serve(dense, page, topk, steps, seed, draft=None, before_round=None, rounds=6):
     """Rounds at page 1 and at ``page`` with the same requests, lengths, accepted paths and KV values:
     new requests, a decode round for all (``draft`` as :meth:`Server.decode` takes it; ``before_round(i)``
     first), some finish; every request's committed KV compared after each round, every slot returned at
     the end. Returns the reserve SGLang allocated each round with at ``page``."""
     rng = random.Random(seed)
     tokens = rng.randint(steps + 1, topk * steps)
-    dense_draft.PLAN.len_per_decode = max(steps * topk, tokens)  # what dense_draft.decide sets for this tree
+    dense.len_per_decode = max(steps * topk, tokens)  # what dense_draft.decide sets for this tree
     width = 64 * page + 2 * reserve_per_decode(page, topk, steps, tokens)
     size = 40 * width
     servers = [Server(1, size, 12, width), Server(page, size, 12, width)]
@@ -283,22 +288,47 @@ def _serve(page, topk, steps, seed, draft=None, before_round=None, rounds=6):
 
 @pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 1), (64, 8, 5, 2), (4, 10, 2, 3), (128, 2, 8, 4)])
 def test_rounds_commit_page_1s_kv_and_return_every_slot(page, topk, steps, seed, fa3_context, dense_hooks):
-    reserves, tokens = _serve(page, topk, steps, seed)
+    reserves, tokens = _serve(dense_hooks, page, topk, steps, seed)
     assert set(reserves) == {reserve_per_decode(page, topk, steps, tokens, dense=True)}  # page 1's, through the hook
 
 
-FAULT = 2  # the round whose gather faults
+FAULT = 2  # the round whose body of ours faults
 
 
+def _index_lists(server, rows, seq_lens, prep, topk, steps):
+    """Every draft step's index lists as SGLang's triton draft backend builds them (its
+    ``common_template``) over the server's rows, through the installed index-kernel hook."""
+    from helpers.draft_tree import plain_translator
+    from sglang.srt.speculative.spec_utils import draft_kv_indices_buffer_width
+    from test_dense_draft import _forward_batch, _multi_step_backend
+
+    case = SimpleNamespace(bs=len(rows), topk=topk, steps=steps, page=server.page, r2t=server.rows.req_to_token,
+                           pool=server.kv, req_pool_indices=rows, seq_lens=seq_lens)
+    be = _multi_step_backend(trb.TritonMultiStepDraftBackend, case, server.page)
+    if hasattr(be, "kv_index_translator"):
+        be.kv_index_translator = plain_translator(case)
+    buf = torch.full((steps, draft_kv_indices_buffer_width(case.bs, topk, be.max_context_len)), -7, dtype=torch.int64)
+    be.cuda_graph_kv_indices = buf
+    seen = []
+    be.common_template(_forward_batch(case, prep), buf, lambda i, fb: seen.append(
+        [fb.spec_info.kv_indices[int(fb.spec_info.kv_indptr[z]):int(fb.spec_info.kv_indptr[z + 1])].long().clone()
+         for z in range(case.bs * topk)]))
+    return case, seen
+
+
+@pytest.mark.parametrize("origin", ["slot gather", "index kernel"])
 @pytest.mark.parametrize("page,topk,steps,seed", [(16, 4, 3, 7), (64, 8, 5, 8), (4, 3, 2, 9)])
-def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk, steps, seed, fa3_context,
+def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk, steps, seed, origin, fa3_context,
                                                                       dense_hooks, monkeypatch, caplog):
-    """Rounds drafted through SGLang's own ``prepare_for_draft`` with the hooks installed, our gather
-    faulting in round ``FAULT``: that round keeps the dense slots (SGLang's page-1 slot kernel), the
-    next allocation takes SGLang's reserve, and from that round on SGLang's per-branch layout serves
-    (its slots, its prefix-tail copy); every draft slot and copy target lies in its request's own
-    allocation, the committed KV equals page 1's round after round, and every slot comes back."""
-    from helpers.draft_tree import prepare_for_draft
+    """Rounds drafted through SGLang's own ``prepare_for_draft`` and its triton draft backend's index
+    lists with the hooks installed, a body of ours faulting in round ``FAULT`` (the slot gather, or the
+    index kernel's page-1 launch): that round keeps the dense slots (SGLang's page-1 slot kernel where
+    the gather faulted) and SGLang's own launch builds its lists where ours faulted, the next
+    allocation takes SGLang's reserve, and from that round on SGLang's per-branch layout serves (its
+    slots, its prefix-tail copy, its lists); every draft slot and copy target lies in its request's own
+    allocation, each round not faulted reads exactly each branch's prefix and own draft slots, the
+    committed KV equals page 1's round after round, and every slot comes back."""
+    from helpers.draft_tree import expected_reads, prepare_for_draft
 
     drafted = []  # at ``page``: (dense layout on, slots the duplication copied)
 
@@ -311,7 +341,14 @@ def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk
                                                      states[int(r)].kv.kv_allocated_len].long() for r in rows])
         assert torch.isin(prep.tgt, owned).all(), "a prefix-tail copy outside the requests' allocations"
         if server.page > 1:
-            drafted.append((dense_draft.PLAN.active, prep.tgt.numel()))
+            faulted = bool(fault.SWITCH)
+            drafted.append((dense_hooks.active, prep.tgt.numel()))
+            case, lists = _index_lists(server, rows, seq_lens, prep, topk, steps)
+            case.lens = [int(n) for n in seq_lens]
+            if not (origin == "index kernel" and len(drafted) == FAULT + 1) and not (faulted and drafted[-1][0]):
+                for step, got in enumerate(lists):
+                    for z, want in enumerate(expected_reads(case, prep, step)):
+                        assert torch.equal(got[z], want), f"round {len(drafted)} step {step} branch {z}"
         return prep.out_cache_loc
 
     def broken(*_a, **_k):
@@ -319,14 +356,15 @@ def test_a_fault_hands_the_layout_back_to_sglangs_from_the_next_round(page, topk
 
     def before_round(i):
         if i == FAULT:
-            monkeypatch.setattr(dense_draft, "dense_out_cache_loc", broken)
+            name = "dense_out_cache_loc" if origin == "slot gather" else "page_1_arguments"
+            monkeypatch.setattr(dense_draft, name, broken)
 
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        reserves, tokens = _serve(page, topk, steps, seed, draft, before_round)
+        reserves, tokens = _serve(dense_hooks, page, topk, steps, seed, draft, before_round)
     dense = reserve_per_decode(page, topk, steps, tokens, dense=True)
     assert reserves == [dense] * (FAULT + 1) + [reserve_per_decode(page, topk, steps, tokens)] * (5 - FAULT)
     assert [on for on, _ in drafted] == [True] * (FAULT + 1) + [False] * (5 - FAULT)
     assert all(n == 0 for _, n in drafted[:FAULT + 1]) and any(n for _, n in drafted[FAULT + 1:])
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     handed = [r.getMessage() for r in caplog.records if "handed back" in r.getMessage()]
-    assert len(errors) == 1 and "KeyError" in errors[0] and len(handed) == 1, (errors, handed)
+    assert len(errors) == 1 and "KeyError" in errors[0] and origin in errors[0] and len(handed) == 1, (errors, handed)

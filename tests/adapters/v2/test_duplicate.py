@@ -17,8 +17,9 @@ from helpers.interpreter_order import capture_specializations  # noqa: E402
 from helpers.op_count import count  # noqa: E402
 from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step, pools  # noqa: E402
 from sglang_eagle_paged.kernels import duplicate_kv_pairs  # noqa: E402
+from sglang_eagle_paged.tree_layout import pair_capacity  # noqa: E402
 from sglang_eagle_paged.kernels.prefix_tail import (  # noqa: E402
-    _duplicate_prefix_tail_kernel, duplicate_prefix_tail_reference, tail_pair_capacity, tail_pairs,
+    _duplicate_prefix_tail_kernel, duplicate_prefix_tail_reference, tail_pairs,
     tail_pairs_reference)
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
@@ -109,7 +110,7 @@ def test_random_batches_equal_sglang(page, topk, steps, seq, tight):
     tgt, src = tail_pairs(rows, prefix_base, last_page, nnp, topk, page)
     ref_tgt, ref_src = tail_pairs_reference(rows, prefix_base, last_page, nnp, topk, page)
     live = tgt >= 0
-    assert tgt.numel() == tail_pair_capacity(len(seq), topk, page)
+    assert tgt.numel() == pair_capacity(len(seq), page, topk)
     assert tgt[live].tolist() == ref_tgt and src[live].tolist() == ref_src
     assert torch.equal(live, src >= 0)
     if ref_tgt:

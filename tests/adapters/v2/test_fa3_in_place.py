@@ -331,6 +331,15 @@ def _draft_backend(**kw):
     return be
 
 
+def _decision(multi):
+    """(copy, reason, in place): what a draft runner's plan decides for its multi-step backend ``multi``
+    (on a plain pool of SGLang's, so the pool decides nothing)."""
+    from sglang_eagle_paged.adapters.v2 import draft_plan as plans
+
+    plan = plans.derive(_pool(), SimpleNamespace(draft_attn_backend=multi))
+    return plan.copy != plans.SKIP, plan.reason, plan.in_place
+
+
 @pytest.mark.parametrize("backends, in_place", [
     ([], False),  # the hooks never ran (setting off, or no FA3 draft backend)
     ([{}, {}], True),
@@ -354,11 +363,9 @@ def _draft_backend(**kw):
     ([{"token_to_kv_pool": object.__new__(mp.MLATokenToKVPool)}], False),
 ])
 def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backends, in_place, monkeypatch):
-    """The decision a server takes (``backends.copy_needed`` on the draft runner's own multi-step
-    backend, an object of SGLang's real class) once the backend hook has marked its step backends."""
+    """The decision a server takes (the draft runner's plan over its own multi-step backend, an object
+    of SGLang's real class) once the backend hook has marked its step backends."""
     from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
-
-    from sglang_eagle_paged.adapters.v2 import backends as readers
 
     monkeypatch.delenv("SGLANG_USE_HND_KVCACHE", raising=False)
     built = [_draft_backend(**kw) for kw in backends]
@@ -366,11 +373,11 @@ def test_fa3s_copy_is_skipped_only_when_every_draft_backend_reads_in_place(backe
         after_backend_init(None, be)
     multi = object.__new__(FlashAttentionMultiStepBackend)
     multi.attn_backends = [be for be in built if be.is_draft_runner]  # a target's backend is not a draft step
-    copy, reason, by_reading_in_place = readers.copy_needed(multi)
+    copy, reason, by_reading_in_place = _decision(multi)
     assert copy is (not in_place) and by_reading_in_place is in_place and reason
     if in_place:
         multi.attn_backends[0].dcp_size = 2  # decode context parallelism: not in the proof
-        assert readers.copy_needed(multi)[0] is True
+        assert _decision(multi)[0] is True
 
 
 def test_sglangs_own_backend_is_covered_until_its_reads_are_translated(monkeypatch):
@@ -426,7 +433,6 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
     faults follow."""
     from sglang.srt.layers.attention.flashattention_backend import FlashAttentionMultiStepBackend
 
-    from sglang_eagle_paged.adapters.v2 import backends as readers
     from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step
     from sglang_eagle_paged.settings import Mode
 
@@ -459,7 +465,7 @@ def test_a_fault_in_the_rewrite_brings_the_copy_back_and_sglangs_eager_metadata_
     assert fault.SWITCH and not is_per_token(ex.page_table)
     out, _ = two_pass(q, *_paged_kv(be, case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()), md, ex, ours)
     torch.testing.assert_close(out, theirs, rtol=0, atol=0)  # SGLang's own split, over the copy
-    assert draft_plan.current(pool) is plan and readers.copy_needed(multi)[0] is True
+    assert draft_plan.current(pool) is plan and _decision(multi)[0] is True
     duplication(lambda *a: sglangs.append(a), pool, *no_tail)
     assert len(sglangs) == 1 and sglangs[0][0] is pool  # SGLang's own copy, from the next round on
 

@@ -31,7 +31,7 @@ from helpers.sglang_source import undecorated
 from sglang_eagle_paged import settings
 from sglang_eagle_paged.adapters import v2
 from sglang_eagle_paged.adapters.common import fa3_metadata
-from sglang_eagle_paged.adapters.v2 import draft_step, fa3_replay, fault
+from sglang_eagle_paged.adapters.v2 import draft_plan, draft_step, fa3_replay, fault, hook_table
 from sglang_eagle_paged.kernels.draft_decode_metadata import (
     _draft_decode_metadata_all_steps_kernel,
     _draft_decode_metadata_kernel,
@@ -115,7 +115,8 @@ def test_fused_hook_matches_sglang_replay(launches):
             assert _differs(ma, multi) or int(fb.seq_lens.max()) == 0  # SGLang wrote something
             # v1's unsliced expand rows would differ here: the slice is what this test checks
             backends = fa3_metadata.fusable_backends(v1_style, fb, bs, cpu_lens_needed=False)
-            fa3_metadata.write_fused(v1_style, backends, fb, bs, fa3_replay._max_seq_len_k(backends, fb, bs))
+            bound = draft_plan.fa3_path(v1_style).page_bound(fb, bs)
+            fa3_metadata.write_fused(v1_style, backends, fb, bs, bound)
             slicing_mattered += _differs(ma, v1_style)
     assert slicing_mattered > 0
 
@@ -253,7 +254,8 @@ def test_fused_registration_through_hook_registry(monkeypatch, launches):
     targets = {"method": (cls, "init_forward_metadata_out_graph"), "expand": (fa3, "draft_decode_set_expand_metadata")}
     monkeypatch.setattr(cls, "init_forward_metadata_out_graph", SG.out_graph)  # SGLang's, whatever ran before
     with hook_sandbox(monkeypatch, targets) as (originals, read):
-        hooks = [h for h in fa3_replay.hooks(settings.parse({settings.FA3_EXPAND: "fused"}), []) if h.kind != "after"]
+        hooks = [h for h in hook_table.fa3_metadata_hooks(settings.parse({settings.FA3_EXPAND: "fused"}))
+                 if h.kind != "after"]
         hooked = install(hooks, "test")
         patched = read()
         assert sorted(hooked) == sorted([fa3_metadata.TARGET, fa3_replay.FUSED_TARGET])

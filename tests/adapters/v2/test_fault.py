@@ -19,7 +19,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 
 from sglang_eagle_paged.adapters.common import fa3_metadata  # noqa: E402
 from sglang_eagle_paged.adapters.v2 import (  # noqa: E402
-    dense_draft, draft_step, fa3_in_place, fa3_replay, fault, warm_up)
+    dense_draft, draft_plan, draft_step, fa3_in_place, fault, warm_up)
 from sglang_eagle_paged.settings import Mode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -29,7 +29,7 @@ PAGE, TOPK, STEPS, SEQ = 4, 3, 2, [5, 6]
 OURS = {
     "duplication": (draft_step, "duplicate_prefix_tail"),
     "fa3 expand metadata": (fa3_metadata, "expand_metadata_replacement"),
-    "fa3 fused metadata": (fa3_replay, "wrote_fused"),
+    "fa3 fused metadata": (draft_plan, "for_fa3"),
     "fa3 in place rewrite": (fa3_in_place, "rewrite_draft_metadata"),
     "dense slot gather": (dense_draft, "dense_out_cache_loc"),
 }
@@ -67,9 +67,10 @@ def _fused(monkeypatch):
     return sglangs.calls == 1
 
 
-def _rewrite(monkeypatch):
-    """A covered draft backend's eager metadata after SGLang's builder: SGLang's form stays where
-    the rewrite does not serve (its expand table unmarked, its lengths untouched)."""
+def covered_draft_metadata():
+    """(backend, batch, sglangs_form): a covered fa3 draft backend's eager metadata as SGLang's builder
+    left it, and ``sglangs_form()``: whether it still is (its expand table unmarked, its lengths
+    untouched)."""
     expand = SimpleNamespace(page_table=torch.full((2, STEPS), 7, dtype=torch.int32),
                              cache_seqlens_int32=torch.full((2,), 9, dtype=torch.int32))
     backend = SimpleNamespace(**{fa3_in_place.MARK: True}, forward_metadata_spec_decode_expand=expand,
@@ -77,8 +78,16 @@ def _rewrite(monkeypatch):
                               speculative_num_steps=STEPS, speculative_step_id=0)
     batch = SimpleNamespace(spec_info=SimpleNamespace(), forward_mode=ForwardMode.DECODE,
                             out_cache_loc=torch.arange(2 * STEPS), seq_lens=torch.tensor([5]))
+    return backend, batch, lambda: not fa3_in_place.is_per_token(expand.page_table) and bool(
+        (expand.cache_seqlens_int32 == 9).all())
+
+
+def _rewrite(monkeypatch):
+    """A covered draft backend's eager metadata after SGLang's builder: SGLang's form stays where
+    the rewrite does not serve."""
+    backend, batch, sglangs_form = covered_draft_metadata()
     draft_step.after_metadata(None, backend, batch)
-    return not fa3_in_place.is_per_token(expand.page_table) and bool((expand.cache_seqlens_int32 == 9).all())
+    return sglangs_form()
 
 
 def _gather(monkeypatch):
@@ -87,10 +96,10 @@ def _gather(monkeypatch):
     batch = SimpleNamespace(forward_mode=ForwardMode.DECODE, token_to_kv_pool_allocator=SimpleNamespace(page_size=PAGE),
                             req_pool_indices=torch.tensor([0]), seq_lens=torch.tensor([5]),
                             out_cache_loc=torch.zeros(TOPK * STEPS, dtype=torch.int64))
-    with monkeypatch.context() as m:
-        m.setattr(dense_draft.PLAN, "active", True)
-        draft_step.around_prepare_for_draft(Sglangs(), None, SimpleNamespace(req_to_token=rows), batch, None, None,
-                                            TOPK, STEPS)
+    dense = dense_draft.DenseLayout()
+    dense.active = True  # as dense_draft.decide turns it on
+    draft_step.around_prepare_for_draft(dense, Sglangs(), None, SimpleNamespace(req_to_token=rows), batch, None, None,
+                                        TOPK, STEPS)
     return torch.equal(batch.out_cache_loc, rows[0, 5:5 + TOPK * STEPS].long())
 
 
@@ -131,7 +140,6 @@ def _count_ours(monkeypatch, but=None) -> dict:
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(fault.SWITCH, "reason", None)
-    monkeypatch.setattr(dense_draft.PLAN, "active", False)
 
 
 @pytest.mark.parametrize("origin", list(ORIGINS))

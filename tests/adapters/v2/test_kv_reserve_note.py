@@ -53,17 +53,13 @@ def test_a_running_cap_the_pool_cannot_reserve_for_is_a_warning(caplog):
 
 def test_with_the_dense_layout_serving_the_line_says_page_1s_reserve(caplog, monkeypatch):
     """The pool a dense-layout server holds the reserve for (the figure `kv-size` prints in its dense
-    columns): the plan is ours, so setting it here fakes nothing of SGLang's."""
-    from sglang_eagle_paged.adapters.v2 import dense_draft
-
-    monkeypatch.setattr(dense_draft.PLAN, "active", True)
+    columns): whether the layout serves is ours to say, so saying it here fakes nothing of SGLang's."""
     w = _worker(page=64, size=99968, max_running=64)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
-        line = kv_reserve_note.note(w)
+        line = kv_reserve_note.note(w, dense=True)
     assert "keeps 128 KV slots free per running request" in line and "(page 64, topk 8" in line
     assert "this pool's 99,968 slots hold that for 781 requests" in line
     assert [r.levelname for r in caplog.records] == ["INFO"]  # 64 x 128 fits: no warning
-    monkeypatch.setattr(dense_draft.PLAN, "active", False)
     per_branch = kv_reserve_note.note(_worker(page=64, size=99968, max_running=64))
     assert "keeps 2,048 KV slots" in per_branch and per_branch.endswith("needs 131,072 for the reserves alone")
 
@@ -81,7 +77,7 @@ def test_nothing_for_a_chain_page_1_or_a_worker_it_cannot_read(caplog):
 def test_the_draft_workers_hook_notes_after_its_warm_ups(caplog, monkeypatch):
     w = _worker(page=64, size=65536, max_running=16)
     # our own steps of the hook, not SGLang's: this test is about the note's place in it
-    monkeypatch.setattr(warm_up, "warm_up_worker", lambda worker: False)
+    monkeypatch.setattr(warm_up, "warm_up_worker", lambda worker, options: False)
     monkeypatch.setattr(warm_up.move_warm_up, "warm_up_worker", lambda worker: 0)
     monkeypatch.setattr(warm_up.alloc_warm_up, "warm_up_worker", lambda worker: 0)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
