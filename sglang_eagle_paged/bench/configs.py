@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..settings import DENSE_DRAFT
 from . import triton_cache
 from .server import ServerProcess, eagle_server_args, mode_env
 
@@ -226,6 +227,9 @@ def launch(cfg: RunConfig, args: list, *, port: int, log_dir: str, startup_timeo
     cache_dir = Path(log_dir) / "triton_cache" / cfg.name
     seeded = triton_cache.seed(cache_dir, triton_seeds) if triton_seeds else 0
     env = mode_env(cfg.mode)
+    # A configuration runs the draft layout it names: SGLang's per-branch one unless its env asks for the
+    # dense one, whatever the setting's default (``auto``) would choose on this machine.
+    env[DENSE_DRAFT] = "0"
     env.update(cfg.env)
     env["TRITON_CACHE_DIR"] = str(cache_dir)
     if cfg.backend == "triton":

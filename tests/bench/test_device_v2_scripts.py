@@ -625,3 +625,24 @@ def test_a_pair_that_stopped_resolved_is_skipped_on_resume(tmp_path):
     assert pair_done(tmp_path, 400)
     (tmp_path / "ab.json").write_text(json.dumps({**rec, "interrupted": True}))
     assert not pair_done(tmp_path, 400)
+
+
+def test_a_configuration_runs_the_draft_layout_it_names_whatever_the_default(tmp_path, monkeypatch):
+    """The dense setting defaults to ``auto``: once a GPU row turns it on, an unnamed configuration would
+    switch layout under a benchmark. Each server's environment names the layout its configuration asks."""
+    from bench import v2_sets
+
+    from sglang_eagle_paged.bench import configs
+
+    monkeypatch.setenv("SGLANG_EAGLE_PAGED_DENSE_DRAFT", "1")  # the caller's own setting does not leak in
+    started = {}
+
+    def launcher(args, *, port, env, log_path, startup_timeout):
+        started[log_path] = env
+        return None
+
+    for name, want in (("triton_on_p64", "0"), ("off_p64", "0"), ("triton_dense_p64", "1")):
+        cfg = v2_sets.configs("correct", name)[0]
+        configs.launch(cfg, [], port=30000, log_dir=str(tmp_path), startup_timeout=1, shared_gpu=False,
+                       launcher=launcher)
+        assert started[f"{tmp_path}/{name}.log"]["SGLANG_EAGLE_PAGED_DENSE_DRAFT"] == want, name
