@@ -55,7 +55,10 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
     out = [Hook(home.target, draft_step.duplication_hook(mode), "around")]
     if mode is Mode.ON:  # fake launches nothing: nothing to compile
         out += [Hook(t, warm_up.after_hook, "after", required=False) for t in warm_up_targets()]
-    if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.fa3_in_place:
+    # issue 61 seam: the dense layout on fa3 reads through fa3 in place's per-token form, so asking
+    # for it installs those hooks too
+    if mode is Mode.ON and isinstance(settings_or_mode, Settings) and (
+            settings_or_mode.fa3_in_place or settings_or_mode.dense_draft):
         out += fa3_in_place_hooks(version)
     if mode is Mode.ON and isinstance(settings_or_mode, Settings) and settings_or_mode.dense_draft:
         from . import dense_draft

@@ -178,8 +178,12 @@ def refusal(worker) -> str | None:
     backend = getattr(runner, "draft_attn_backend", None)
     cls = type(backend)
     name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
+    from . import fa3_dense  # issue 61 seam: fa3 reads the dense slots in the per-token form
+
+    if name is None and fa3_dense.is_fa3(backend):
+        name = "fa3"
     if name is None:
-        return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
+        return f"draft decode backend {cls.__name__} is not flashinfer's, triton's or fa3's multi-step draft backend"
     if type(worker).__name__ not in _WORKERS:
         return f"{type(worker).__name__} is not covered (EAGLE, EAGLE3 and STANDALONE draft workers are)"
     args = getattr(worker, "server_args", None)
@@ -190,10 +194,12 @@ def refusal(worker) -> str | None:
         return "adaptive speculative steps move the reserve after start-up"
     if str(getattr(args, "disaggregation_mode", "null") or "null") != "null":
         return "disaggregated decode sizes its own reserve"
-    module = _READERS[name]
-    reader = getattr(backend, _KERNEL, None) if name == "flashinfer" else getattr(
-        __import__(module, fromlist=[_KERNEL]), _KERNEL, None)
-    if not is_hooked(reader):
+    if name == "fa3":  # issue 61 seam: fa3 in place's per-token reads, not an index kernel
+        problem = fa3_dense.refusal(backend)
+        if problem is not None:
+            return problem
+    elif not is_hooked(getattr(backend, _KERNEL, None) if name == "flashinfer" else getattr(
+            __import__(_READERS[name], fromlist=[_KERNEL]), _KERNEL, None)):
         return f"{name}'s index kernel is not hooked"
     if getattr(backend, "draft_window_size", 0):
         return "a draft window reads through another index kernel"

@@ -27,7 +27,7 @@ import functools
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
 from ..common import fa3_metadata
-from . import dense_draft, draft_plan, fa3_in_place, fa3_replay, fault
+from . import dense_draft, draft_plan, fa3_dense, fa3_in_place, fa3_replay, fault
 
 # --------------------------------------------------------------------------- 1, 2: the dense layout
 
@@ -106,9 +106,11 @@ def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
     """AROUND ``FlashAttentionMultiStepBackend.init_forward_metadata_out_graph``: every step's replay
     metadata in one launch where that writes what SGLang would (:mod:`.fa3_replay`)."""
     bs = getattr(forward_batch, "batch_size", None)
-    if not in_capture and not fault.SWITCH and isinstance(bs, int) and not fa3_replay.reads_in_place(multi):
+    if not in_capture and not fault.SWITCH and isinstance(bs, int):
         try:
-            if fa3_replay.wrote_fused(multi, forward_batch, bs):
+            # issue 61 seam: step backends fa3 in place rewrites take the per-token form's fused writer
+            fused = fa3_dense.wrote_per_token if fa3_replay.reads_in_place(multi) else fa3_replay.wrote_fused
+            if fused(multi, forward_batch, bs):
                 return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
             fault.trip("fa3 fused draft metadata", exc)
@@ -128,6 +130,7 @@ def after_metadata(result, backend, forward_batch, *args, **kwargs):
         _to_in_place(backend, forward_batch)
     except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's form, over SGLang's copy
         fault.trip("fa3 in place", exc)
+        fa3_dense.after_rewrite_fault(backend, forward_batch)  # issue 61 seam: a dense round keeps per token
     return None
 
 
@@ -137,7 +140,8 @@ def _to_in_place(backend, forward_batch) -> None:
     expand = backend.forward_metadata_spec_decode_expand
     if expand is None or backend.speculative_num_steps <= 0:
         return
-    if fault.SWITCH and not fa3_in_place.is_per_token(expand.page_table):
+    # issue 61 seam: rounds allocated for the dense layout are read per token until it is handed back
+    if fault.SWITCH and not fa3_in_place.is_per_token(expand.page_table) and not fa3_dense.reads_dense():
         return  # SGLang's form over the copy; only tables a graph captured per token stay ours
     metadata = backend.forward_metadata
     out_cache_loc = getattr(forward_batch, "out_cache_loc", None)

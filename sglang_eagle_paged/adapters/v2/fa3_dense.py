@@ -1,0 +1,126 @@
+"""fa3 and the per-token draft form (issue 61): the fused metadata writer for fa3 in place, and the
+dense draft layout on fa3.
+
+The per-token form (:mod:`.fa3_in_place`) reads the whole prefix through SGLang's page table and
+each branch's draft slots one slot per "page" of a page-size-1 view: whatever slots
+``out_cache_loc`` names. So it reads SGLang's per-branch layout (its copied tail unread) and the
+dense layout (:mod:`.dense_draft`: branch ``t``, step ``s`` at row position ``L + t*steps + s``)
+alike, and each branch's index list is then page 1's: ``req_to_token[r, :L]`` and its own slots.
+
+Three pieces, each called from one seam in :mod:`.draft_step` / :mod:`.dense_draft`:
+
+- :func:`wrote_per_token`: the draft CUDA graph's replay metadata of every step, in the per-token
+  form, in one sync-free launch (:mod:`...kernels.per_token_draft_metadata`), in place of SGLang's
+  per-step builders (a dozen small ops each and a ``torch.compile``'d one) and our rewrite after
+  them. It writes exactly what they write (tests/adapters/v2/test_fa3_dense.py, on SGLang's real
+  backends), and only where every step backend is covered by fa3 in place; anything else is
+  SGLang's builders and the rewrite, as before.
+- :func:`refusal`: whether the dense layout may serve a draft runner whose backend is fa3's
+  multi-step draft backend: every step backend covered by fa3 in place (its hooks rewrite every
+  draft decode to the per-token form and give the expand call its view), no decode context
+  parallelism.
+- the fault rule for the dense layout on fa3 (:func:`reads_dense`, :func:`after_rewrite_fault`):
+  a round allocated with the dense reserve has no per-branch pages, so SGLang's split cannot read
+  it. Until the layout is handed back (:meth:`.dense_draft.Plan.hand_back`: the first round
+  allocated with SGLang's reserve after the fault), fa3's draft keeps the per-token form: after a
+  fault in the fused writer, SGLang's builders and our rewrite (plain torch ops); after a fault in
+  the rewrite itself, the plain-torch reference of the fused writer, for that call. From the hand
+  back on, SGLang's per-branch layout with SGLang's own metadata (or the per-token form where a
+  CUDA graph was captured with it, which reads that layout too).
+"""
+
+import torch
+
+from ...kernels.draft_decode_metadata import DraftStep
+from ...kernels.per_token_draft_metadata import (
+    per_token_draft_metadata_all_steps,
+    per_token_draft_metadata_reference,
+)
+from ..common import fa3_metadata
+from . import fa3_in_place
+
+FA3_MULTI_STEP = fa3_metadata.FA3_MULTI_STEP_BACKEND
+
+
+def is_fa3(draft_backend) -> bool:
+    """Whether ``draft_backend`` is SGLang's multi-step FA3 draft backend (by its class's own name)."""
+    cls = type(draft_backend)
+    return f"{cls.__module__}.{cls.__qualname__}" == FA3_MULTI_STEP
+
+
+def refusal(draft_backend) -> str | None:
+    """None where the dense layout may serve fa3's multi-step draft backend ``draft_backend``."""
+    steps = list(getattr(draft_backend, "attn_backends", ()) or ())
+    if not steps:
+        return "fa3's multi-step draft backend has no step backends"
+    if not all(getattr(b, fa3_in_place.MARK, False) for b in steps):
+        return ("fa3 reads the dense slots only in the per-token form, and fa3 in place does not cover every "
+                "draft step backend (its start-up line says why)")
+    if any((getattr(b, "dcp_size", 1) or 1) > 1 for b in steps):
+        return "decode context parallelism is not covered by fa3 in place"
+    return None
+
+
+def reads_dense() -> bool:
+    """Whether drafts still run on rounds allocated for the dense layout (it serves, or a fault has
+    not yet handed it back): fa3's draft must then read per token, even after a fault."""
+    from . import dense_draft
+
+    return dense_draft.PLAN.active
+
+
+def wrote_per_token(multi, forward_batch, bs) -> bool:
+    """Every step's replay metadata of ``multi`` in the per-token form, in one launch, where every
+    step backend is covered by fa3 in place and SGLang's builders would accept the batch; False
+    (nothing written) elsewhere: SGLang's builders and our rewrite serve."""
+    from . import fa3_replay
+
+    backends = fa3_metadata.fusable_backends(multi, forward_batch, bs, cpu_lens_needed=False)
+    if backends is None or not all(getattr(b, fa3_in_place.MARK, False) for b in backends):
+        return False
+    steps = backends[0].speculative_num_steps
+    metadata = [(b.draft_decode_metadata_topk_normal[bs], b.draft_decode_metadata_topk_expand[bs]) for b in backends]
+    # SGLang asserts the live slots fit its expand table; the rewrite needs decode_length columns
+    if not all(b.speculative_step_id + 1 <= min(steps, e.page_table.shape[1]) for b, (_, e) in zip(backends, metadata)):
+        return False
+    max_seq_len_k = fa3_replay._max_seq_len_k(backends, forward_batch, bs)
+    table = fa3_metadata._step_table(multi, backends, metadata, bs)
+    if max_seq_len_k is None or table is None:
+        return False
+    b = backends[0]
+    per_token_draft_metadata_all_steps(
+        table, forward_batch.seq_lens[:bs], forward_batch.req_pool_indices[:bs], b.req_to_token,
+        (max_seq_len_k + b.page_size - 1) // b.page_size, forward_batch.out_cache_loc.view(-1, steps), b.topk,
+        b.page_size)
+    for b, (m, e) in zip(backends, metadata):  # what SGLang's builder leaves besides the buffers
+        m.max_seq_len_k = max_seq_len_k
+        b.forward_metadata = m
+        b.forward_metadata_spec_decode_expand = e
+        fa3_in_place.mark_per_token(e.page_table)
+    return True
+
+
+def after_rewrite_fault(backend, forward_batch) -> None:
+    """After our rewrite of one step backend's metadata faulted: where the draft reads a round
+    allocated dense, the per-token form from the fused writer's plain-torch reference (SGLang's
+    split cannot read that round); elsewhere nothing (SGLang's split over its copy serves)."""
+    if not reads_dense():
+        return
+    metadata, expand = backend.forward_metadata, backend.forward_metadata_spec_decode_expand
+    out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
+    if expand is None or out_cache_loc is None or forward_batch.spec_info is None \
+            or not forward_batch.forward_mode.is_decode_or_idle():
+        return
+    bs = metadata.cache_seqlens_int32.shape[0]
+    # The first pass's page table is SGLang's own already (no column to write: max_seq_pages 0);
+    # only the lengths and the expand pass change.
+    no_columns = torch.empty(0, dtype=torch.int64, device=metadata.page_table.device)
+    step = DraftStep(metadata.cache_seqlens_int32, metadata.page_table, expand.cache_seqlens_int32,
+                     expand.page_table, no_columns, backend.speculative_step_id + 1)
+    try:
+        per_token_draft_metadata_reference([step], forward_batch.seq_lens[:bs], forward_batch.req_pool_indices[:bs],
+                                           backend.req_to_token, 0, out_cache_loc.view(-1, backend.speculative_num_steps),
+                                           backend.topk, backend.page_size)
+    except Exception:  # noqa: BLE001 -- never the scheduler's; the switch is tripped and said once already:
+        return  # this draft reads SGLang's split over the dense slots, which costs its drafts only (verify decides)
+    fa3_in_place.mark_per_token(expand.page_table)
