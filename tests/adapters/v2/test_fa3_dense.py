@@ -43,7 +43,11 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 
 from sglang_eagle_paged.adapters.v2 import dense_draft, draft_step, fa3_dense, fa3_in_place, fault  # noqa: E402
 from sglang_eagle_paged.adapters.v2.fa3_in_place import after_backend_init, is_per_token  # noqa: E402
+from sglang_eagle_paged.kv_reserve import reserve_per_decode  # noqa: E402
 from sglang_eagle_paged.tools.harness import fa3_multi_step_backend as make_multi  # noqa: E402
+from test_dense_draft import CASES, dense_case  # noqa: E402
+from test_dense_hooks import _worker, installed  # noqa: E402,F401  (the fixture: the dense hooks installed)
+from test_dense_rounds import FAULT, _serve, dense_hooks, fa3_context  # noqa: E402,F401  (fixtures)
 
 torch.set_num_threads(1)
 PAGES = (2, 4, 16, 64, 128, 256)
@@ -115,17 +119,22 @@ def _replay_batch(rng, multi, raw_bs, bs, dense, padded_loc):
     return fb
 
 
+def _after_each_build(b):
+    """Our AFTER hook on step backend ``b``'s CUDA-graph builder, as SGLang's HookRegistry runs it."""
+    def hooked(forward_batch, *args, _build=b.init_forward_metadata_out_graph, **kwargs):
+        result = _build(forward_batch, *args, **kwargs)
+        draft_step.after_metadata(result, b, forward_batch, *args, **kwargs)
+        return result
+
+    b.init_forward_metadata_out_graph = hooked
+
+
 def sglangs_then_ours(multi, fb):
     """A copy of ``multi`` after SGLang's own replay of ``fb``, each step backend's builder followed
     by our rewrite (the AFTER hook fa3 in place installs on it)."""
     ref = copy.deepcopy(multi)
     for b in ref.attn_backends:
-        def hooked(forward_batch, *args, _b=b, _build=b.init_forward_metadata_out_graph, **kwargs):
-            result = _build(forward_batch, *args, **kwargs)
-            draft_step.after_metadata(result, _b, forward_batch, *args, **kwargs)
-            return result
-
-        b.init_forward_metadata_out_graph = hooked
+        _after_each_build(b)
     SG_OUT_GRAPH(ref, copy.copy(fb))
     for b in ref.attn_backends:
         del b.init_forward_metadata_out_graph
@@ -189,12 +198,7 @@ def test_a_fault_in_the_fused_writer_serves_sglangs_builders_then_the_form_the_r
     monkeypatch.setattr(fa3_dense, "per_token_draft_metadata_all_steps", broken)
     got = copy.deepcopy(multi)
     for b in got.attn_backends:  # as installed: our AFTER hook on each step backend's builder
-        def hooked(forward_batch, *args, _b=b, _build=b.init_forward_metadata_out_graph, **kwargs):
-            result = _build(forward_batch, *args, **kwargs)
-            draft_step.after_metadata(result, _b, forward_batch, *args, **kwargs)
-            return result
-
-        b.init_forward_metadata_out_graph = hooked
+        _after_each_build(b)
     with caplog.at_level(logging.ERROR, logger="sglang_eagle_paged"):
         for _ in range(2):  # the next round: SGLang's builders straight away, no second line
             draft_step.fused_out_graph_hook(SG_OUT_GRAPH, got, copy.copy(fb))
@@ -255,15 +259,10 @@ def _our_steps(case, loc, builder):
     for step in range(case.steps - 1):
         be = _graph_backend(case, step)
         after_backend_init(None, be)
+        _after_each_build(be)
         multi.attn_backends.append(be)
-    for capture in (True, False):
-        fb = _batch(case, loc)
-        if capture:  # SGLang's capture, then our AFTER hook marks each expand table
-            SG_OUT_GRAPH(multi, fb, in_capture=True)
-            for be in multi.attn_backends:
-                draft_step.after_metadata(None, be, fb, in_capture=True)
-        else:
-            draft_step.fused_out_graph_hook(SG_OUT_GRAPH, multi, fb)
+    SG_OUT_GRAPH(multi, _batch(case, loc), in_capture=True)  # SGLang's capture; our AFTER hook marks the tables
+    draft_step.fused_out_graph_hook(SG_OUT_GRAPH, multi, _batch(case, loc))  # the replay
     return [(be, be.forward_metadata, be.forward_metadata_spec_decode_expand) for be in multi.attn_backends]
 
 
@@ -308,3 +307,155 @@ def test_sglangs_split_does_not_read_the_dense_layout_as_page_1_does():
     be1, md1, ex1 = _page_1_metadata(page_1, loc, step)
     _, page_1_reads = two_pass(q, *_paged_kv(be1, k, v), md1, ex1, fa3_reference)
     assert any(not torch.equal(a, b) for a, b in zip(reads, page_1_reads))
+
+
+# --------------------------------------------------------------------------- the start-up decision
+
+
+def test_the_dense_layout_takes_fa3_where_fa3_in_place_covers_every_step(installed, caplog):
+    """``dense_draft.decide`` on a draft worker whose backend is SGLang's ``FlashAttentionMultiStepBackend``
+    of real step backends on the case's plain pool (marked by our backend hook): on; with one step
+    backend not covered: off, one line saying why."""
+    import logging
+
+    case, _ = dense_case(CASES[1])
+    multi = object.__new__(fa3b.FlashAttentionMultiStepBackend)
+    multi.attn_backends = [_backend(case, step) for step in range(case.steps - 1)]
+    for be in multi.attn_backends:
+        after_backend_init(None, be)
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        assert dense_draft.refusal(_worker(case, multi)) is None
+        setattr(multi.attn_backends[-1], fa3_in_place.MARK, False)
+        assert not dense_draft.decide(_worker(case, multi))
+    lines = [r.getMessage() for r in caplog.records if "dense draft" in r.getMessage()]
+    assert len(lines) == 1 and "fa3 in place does not cover" in lines[0]
+    dense_draft.PLAN.reset()
+    dense_draft.PLAN.asked = True
+    setattr(multi.attn_backends[-1], fa3_in_place.MARK, True)
+    assert dense_draft.decide(_worker(case, multi)) and dense_draft.PLAN.active
+
+
+def test_asking_for_the_dense_layout_installs_fa3_in_place_s_hooks():
+    from sglang_eagle_paged import hooks as hooks_mod
+    from sglang_eagle_paged.adapters import v2
+    from sglang_eagle_paged.settings import Settings
+
+    try:
+        targets = {h.target for h in v2.hooks(Settings(dense_draft=True), "0.5.23")}
+    finally:
+        dense_draft.PLAN.reset()
+    assert set(fa3_in_place.TARGETS.values()) <= targets
+    assert all(hooks_mod.resolvable(t) is None for t in fa3_in_place.TARGETS.values())
+    assert not set(fa3_in_place.TARGETS.values()) & {h.target for h in v2.hooks(Settings(), "0.5.23")}
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def _reads(server, rows, seq_lens, loc, topk, steps, builder):
+    """The KV values each branch's draft attention reads at every draft step, in reading order:
+    SGLang's own metadata at page 1; at page ``P`` SGLang's builders with our hooks (``builder``:
+    eager, or CUDA-graph capture then replay through the fused writer), through FA3's stand-in."""
+    case = SimpleNamespace(pool=server.kv, r2t=server.rows.req_to_token, page=server.page, topk=topk, steps=steps,
+                           bs=len(rows), seq_lens=seq_lens, req_pool_indices=rows)
+    k = server.kv.k_buffer[0]
+    if server.page == 1:
+        metadata = [_page_1_metadata(case, loc, step) for step in range(steps - 1)]
+        attn = fa3_reference
+    else:
+        metadata = _our_steps(case, loc, builder)
+        attn = ours
+    q = torch.zeros((len(rows) * topk, k.shape[1], k.shape[2]))
+    kv = k.view(-1, server.page, *k.shape[1:])
+    out = []
+    for _, md, ex in metadata:
+        _, reads = two_pass(q, kv, kv, md, ex, attn)
+        out.append([k[r.long()].clone() for r in reads])
+    return out
+
+
+ROUND_CASES = [(16, 4, 3, 61), (64, 8, 5, 62), (4, 3, 2, 63), (256, 2, 4, 64)]
+
+
+def _rounds(page, topk, steps, seed, builder, monkeypatch, before_round=None):
+    """test_dense_rounds' rounds (SGLang's allocation, verify window, move and allocator at page 1 and
+    ``P``), each draft prepared by SGLang's own ``prepare_for_draft`` with our hooks, its draft KV a
+    function of request, branch and step, and fa3's reads at every draft step compared with page 1's.
+    Returns ``(reserves, tokens, layouts)``: the reserve of each round at ``P``, whether it drafted dense."""
+    from helpers.draft_tree import prepare_for_draft
+
+    page_1_reads, layouts = [], []
+
+    def draft(server, rows, seq_lens):
+        case = SimpleNamespace(pool=server.kv, seq_lens=seq_lens, req_pool_indices=rows, page=server.page,
+                               r2t=server.rows.req_to_token, topk=topk, steps=steps)
+        loc = prepare_for_draft(case, monkeypatch).out_cache_loc
+        for i, slot in enumerate(loc.tolist()):  # request b, branch t, step s: the same KV at either page
+            server.k()[slot] = torch.tensor([float(i), -1.0 - i % steps])
+        got = _reads(server, rows, seq_lens, loc, topk, steps, builder)
+        if server.page == 1:
+            page_1_reads.append(got)
+        else:
+            layouts.append(dense_draft.PLAN.active)
+            for step, (ours_, theirs) in enumerate(zip(got, page_1_reads.pop(), strict=True)):
+                for z, (a, b) in enumerate(zip(ours_, theirs, strict=True)):
+                    assert torch.equal(a, b), f"round {len(layouts) - 1} step {step} branch {z}"
+        return loc
+
+    reserves, tokens = _serve(page, topk, steps, seed, draft, before_round)
+    return reserves, tokens, layouts
+
+
+@pytest.mark.parametrize("builder", ["eager", "graph"])
+@pytest.mark.parametrize("page,topk,steps,seed", ROUND_CASES)
+def test_rounds_on_fa3_commit_page_1s_kv_read_page_1s_keys_and_return_every_slot(
+        page, topk, steps, seed, builder, fa3_context, dense_hooks, monkeypatch):
+    reserves, tokens, layouts = _rounds(page, topk, steps, seed, builder, monkeypatch)
+    assert set(reserves) == {reserve_per_decode(page, topk, steps, tokens, dense=True)} and all(layouts)
+    assert not fault.SWITCH, fault.SWITCH.reason
+
+
+def _broken(what):
+    def broken(*_a, **_k):
+        raise KeyError(f"{what} broken on purpose")
+
+    return broken
+
+
+# where the fault is injected: (builder, module, attribute)
+FAULTS = {
+    "gather": ("eager", dense_draft, "dense_out_cache_loc"),
+    "rewrite": ("eager", fa3_in_place, "rewrite_draft_metadata"),
+    "fused writer": ("graph", fa3_dense, "per_token_draft_metadata_all_steps"),
+}
+# Not here: a fault in the page-size-1 view itself (``fa3_in_place.per_token_view``, a ``view`` of the
+# pool's contiguous buffers, which the coverage check requires). Without the view nothing reads a dense
+# round correctly; FA3 then runs on SGLang's arguments (test_fa3_in_place.py's view-fault test).
+
+
+@pytest.mark.parametrize("where", FAULTS)
+@pytest.mark.parametrize("page,topk,steps,seed", ROUND_CASES[:3])
+def test_a_fault_in_any_part_reads_dense_rounds_per_token_then_hands_back_to_sglangs_layout(
+        page, topk, steps, seed, where, fa3_context, dense_hooks, monkeypatch, caplog):
+    """A fault in round ``FAULT`` (the slot gather, the rewrite, the fused writer, or the view): that
+    round's drafts still read page 1's keys (the per-token form over the dense slots), the next
+    allocation takes SGLang's reserve, and from that round on SGLang's per-branch layout serves, its
+    keys page 1's too; committed KV equals page 1's throughout, every slot comes back, one ERROR line
+    and one hand-back line."""
+    import logging
+
+    builder, module, name = FAULTS[where]
+
+    def before_round(i):
+        if i == FAULT:
+            monkeypatch.setattr(module, name, _broken(where))
+
+    with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
+        reserves, tokens, layouts = _rounds(page, topk, steps, seed, builder, monkeypatch, before_round)
+    dense = reserve_per_decode(page, topk, steps, tokens, dense=True)
+    assert reserves == [dense] * (FAULT + 1) + [reserve_per_decode(page, topk, steps, tokens)] * (5 - FAULT)
+    assert layouts == [True] * (FAULT + 1) + [False] * (5 - FAULT)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    handed = [r.getMessage() for r in caplog.records if "handed back" in r.getMessage()]
+    assert len(errors) == 1 and "[fault]" in errors[0] and f"{where} broken" in errors[0], errors
+    assert len(handed) == 1, handed
