@@ -19,7 +19,8 @@ The two pieces SGLang cannot be told through its own arguments, proven on its ow
   translated.
 
 fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
-from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
+from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them
+(:mod:`.fa3_dense`: its admission, fused metadata and fault rule).
 
 Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (off by default; releases ``releases.DENSE_DRAFT_PROVEN``)
 the hooks are (:func:`hooks`):
@@ -33,11 +34,10 @@ the hooks are (:func:`hooks`):
   modules with :class:`DenseDraftIndices` (as a class: :func:`index_kernel_hook`).
 
 :func:`decide` turns the plan on, once per process, from the draft worker SGLang built (after its
-``init_attention_backend``): flashinfer's or triton's multi-step draft backend, no draft window,
-no translated reads, the plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or
-STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps SGLang's layout,
-said in one line. fa3 is refused although its in-place reads are proven on the dense slots: its
-fault rule brings SGLang's per-branch split back, which cannot read the dense layout.
+``init_attention_backend``): flashinfer's or triton's multi-step draft backend, or fa3's where fa3
+in place covers every step (:func:`.fa3_dense.refusal`), no draft window, no translated reads, the
+plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or STANDALONE without adaptive
+steps, no disaggregated decode. Anything else keeps SGLang's layout, said in one line.
 
 The fault rule takes one round more than the other paths of ours (``docs/design.md``): a round
 already allocated with the dense reserve cannot take the per-branch layout (its rows end before

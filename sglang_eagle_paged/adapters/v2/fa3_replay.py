@@ -114,8 +114,9 @@ def wrote_fused(multi, forward_batch, bs) -> bool:
 def reads_in_place(multi) -> bool:
     """Whether fa3 in place marked a step backend of ``multi``: it rewrites each step's metadata
     after SGLang's per-step builders (its AFTER hooks), and a graph captured with its per-token
-    view reads only that form, which the fused writer does not write; so such a draft backend
-    keeps SGLang's builders (whether or not in place has switched itself off since)."""
+    view reads only that form, which :func:`wrote_fused` does not write; so such a draft backend
+    takes the per-token form's writer instead (:func:`.fa3_dense.wrote_per_token`, issue 61), or
+    SGLang's builders and the rewrite (whether or not in place has switched itself off since)."""
     return any(getattr(b, fa3_in_place.MARK, False) for b in (getattr(multi, "attn_backends", None) or ()))
 
 
