@@ -37,9 +37,9 @@ import triton.language as tl
 
 from .draft_decode_metadata import (
     _CS, _CS_STRIDE, _DECODE_LENGTH, _ECS, _ECS_STRIDE, _EPT, _EPT_STRIDE0, _EPT_STRIDE1, _FIELDS, _PT,
-    _PT_STRIDE0, _PT_STRIDE1, _SI, _SI_STRIDE, BLOCK_COLS, DraftStep, DraftStepTable, _int32_ptr, _launch,
+    _PT_STRIDE0, _PT_STRIDE1, _SI, _SI_STRIDE, BLOCK_COLS, DraftStep, DraftStepTable, _int32_ptr,
+    _write_prefix_pages, table_launch,
 )
-from .expand_metadata import _floor_div
 from .launch import launch
 
 _RUNTIME_INTS = ["sl_stride", "rpi_stride", "rtt_stride0", "rtt_stride1", "n_cols",
@@ -69,13 +69,9 @@ def _write_step(
             tl.store(cache_seqlens + row * cs_stride, tl.load(seq_lens + row * sl_stride).to(tl.int32))
 
     if row < bs:  # SGLang's page table of the prefix, as its builder writes it
-        cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        live = cols < n_cols
-        req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
-        tok = tl.load(strided_indices + cols * si_stride, mask=live, other=0).to(tl.int64)
-        slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
-        tl.store(page_table + row * pt_stride0 + cols * pt_stride1,
-                 _floor_div(slot, page_size).to(tl.int32), mask=live)
+        _write_prefix_pages(row, blk, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+                            n_cols, page_table, pt_stride0, pt_stride1, strided_indices, si_stride,
+                            page_size, BLOCK_COLS)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
@@ -130,22 +126,13 @@ def per_token_draft_metadata_all_steps(
 ) -> None:
     """Every step of ``steps`` in the per-token form (module docstring), in one launch."""
     _check_widths(steps.steps, cache_loc)
-    first = steps.steps[0]
-    plan = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
-                   seq_lens, req_pool_indices, first.strided_indices, max_seq_pages, cache_loc, topk, page_size)
+    plan = table_launch(steps, seq_lens, req_pool_indices, req_to_token, max_seq_pages, cache_loc, topk, page_size)
     if plan is None:
         return
-    grid, n_cols, bs, num_seqs, n_loc = plan
-    launch(_per_token_all_steps_kernel, grid, (
-        steps.table,
-        seq_lens, seq_lens.stride(0),
-        req_pool_indices, req_pool_indices.stride(0),
-        req_to_token, req_to_token.stride(0), req_to_token.stride(1),
-        n_cols,
-        cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
-        bs, bs * topk,
-    ), dict(page_size=page_size, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)), BLOCK_COLS=BLOCK_COLS,
-            N_STEPS=len(steps.steps), FIELDS=_FIELDS), num_warps=1)
+    grid, args, n_loc = plan
+    launch(_per_token_all_steps_kernel, grid, args + (seq_lens.shape[0] * topk,),
+           dict(page_size=page_size, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)), BLOCK_COLS=BLOCK_COLS,
+                N_STEPS=len(steps.steps), FIELDS=_FIELDS), num_warps=1)
 
 
 def per_token_draft_metadata_reference(

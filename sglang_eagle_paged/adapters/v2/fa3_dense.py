@@ -31,7 +31,7 @@ Three pieces, each called from one seam in :mod:`.draft_step` / :mod:`.dense_dra
 
 import torch
 
-from ...kernels.draft_decode_metadata import DraftStep
+from ...kernels.draft_decode_metadata import DraftStep, DraftStepTable
 from ...kernels.per_token_draft_metadata import (
     per_token_draft_metadata_all_steps,
     per_token_draft_metadata_reference,
@@ -124,3 +124,27 @@ def after_rewrite_fault(backend, forward_batch) -> None:
     except Exception:  # noqa: BLE001 -- never the scheduler's; the switch is tripped and said once already:
         return  # this draft reads SGLang's split over the dense slots, which costs its drafts only (verify decides)
     fa3_in_place.mark_per_token(expand.page_table)
+
+
+def warm_up(multi) -> None:
+    """Compile the per-token writer's variants (the batch's int64 lengths, a padded replay's int32
+    graph buffer) for ``multi``'s step count, before serving, where fa3 in place marked its steps: a
+    variant first met while serving stalls the scheduler for its compile. Writes only scratch."""
+    from . import fa3_replay
+
+    steps = getattr(multi, "speculative_num_steps", 0) or 0
+    backends = list(getattr(multi, "attn_backends", ()) or ())
+    if steps < 2 or not backends or not fa3_replay.reads_in_place(multi):
+        return
+    first = backends[0]
+    topk, page, device = multi.topk, first.page_size, first.device
+    i32 = dict(dtype=torch.int32, device=device)
+    strided = torch.arange(0, 2 * page, page, device=device)
+    table = DraftStepTable.from_steps([
+        DraftStep(torch.zeros(1, **i32), torch.zeros((1, 2), **i32), torch.zeros(topk, **i32),
+                  torch.zeros((topk, d + 1), **i32), strided, d) for d in range(1, steps)])
+    for dtype in (torch.int32, torch.int64):
+        per_token_draft_metadata_all_steps(
+            table, torch.ones(1, dtype=dtype, device=device), torch.zeros(1, dtype=torch.int64, device=device),
+            torch.zeros((1, 2 * page), **i32), 1, torch.zeros((topk, steps), dtype=torch.int64, device=device),
+            topk, page)

@@ -134,6 +134,10 @@ def warm_up_hook(selection: FA3Expand):
             if first is not None:
                 fa3_metadata.warm_up(first.device, multi.topk, multi.speculative_num_steps, first.page_size,
                                      selection, live_slots=True)
+                if selection is FA3Expand.FUSED:  # issue 61 seam: the per-token form's writer, where it serves
+                    from . import fa3_dense
+
+                    fa3_dense.warm_up(multi)
         except Exception as exc:  # noqa: BLE001 -- an optimisation: the kernels compile on first use instead
             logger.warning("[sglang-eagle-paged] FA3 draft metadata kernels not compiled ahead (%s: %s); "
                            "they compile on first use", type(exc).__name__, str(exc)[:300])

@@ -459,3 +459,34 @@ def test_a_fault_in_any_part_reads_dense_rounds_per_token_then_hands_back_to_sgl
     handed = [r.getMessage() for r in caplog.records if "handed back" in r.getMessage()]
     assert len(errors) == 1 and "[fault]" in errors[0] and f"{where} broken" in errors[0], errors
     assert len(handed) == 1, handed
+
+
+# --------------------------------------------------------------------------- warm-up
+
+
+def test_warm_up_compiles_the_per_token_writer_variants_serving_launches():
+    """After the draft worker's ``init_attention_backend`` (fa3_replay's warm-up hook): every variant of
+    the per-token writer that replays launch (exact batches: int64 lengths; padded: the graph
+    runner's int32 buffer) is compiled; nothing where no step backend reads in place."""
+    from helpers.interpreter_order import capture_specializations
+
+    from sglang_eagle_paged.adapters.v2 import fa3_replay
+    from sglang_eagle_paged.kernels.per_token_draft_metadata import _per_token_all_steps_kernel
+    from sglang_eagle_paged.settings import FA3Expand
+
+    multi = _in_place_multi(4, 4, 16, [1, 2, 4], 160, seed=3)
+    with capture_specializations(_per_token_all_steps_kernel) as warm:
+        fa3_replay.warm_up_hook(FA3Expand.FUSED)(None, SimpleNamespace(draft_attn_backend=multi))
+    rng = random.Random(3)
+    with capture_specializations(_per_token_all_steps_kernel) as serve:
+        for raw_bs, bs in ((2, 2), (3, 4)):
+            fb = _replay_batch(rng, multi, raw_bs, bs, dense=True, padded_loc=False)
+            if raw_bs != bs:
+                fb.seq_lens = fb.seq_lens.to(torch.int32)  # the graph runner's buffer when it pads
+            draft_step.fused_out_graph_hook(SG_OUT_GRAPH, multi, fb)
+    assert serve and {repr(x) for x in serve} <= {repr(x) for x in warm}
+    for b in multi.attn_backends:
+        setattr(b, fa3_in_place.MARK, False)
+    with capture_specializations(_per_token_all_steps_kernel) as none:
+        fa3_replay.warm_up_hook(FA3Expand.FUSED)(None, SimpleNamespace(draft_attn_backend=multi))
+    assert none == []
