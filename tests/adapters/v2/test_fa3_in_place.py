@@ -691,8 +691,9 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     exactly its prefix and its own draft slots and gets SGLang's attention over the copy, and the
     padding rows read slots inside the pool. On today's 0.5.17 this raised (a graph padded past the
     batch's ``out_cache_loc``), which switched the path off in the first serving passes. With the
-    fused replay metadata asked for too, the fused writer (SGLang's split form) leaves an in-place
-    draft backend to SGLang's builders and our rewrite: else the graph would read the holes."""
+    fused replay metadata asked for too, an in-place draft backend's replays are written by the
+    per-token form's fused writer (``fa3_dense.wrote_per_token``), not the split form's: else the
+    graph would read the holes."""
     monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = _bf16_case(params, monkeypatch)
     k_copied, v_copied = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
