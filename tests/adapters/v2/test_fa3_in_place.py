@@ -701,6 +701,11 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     k_holes[prep.tgt] = float("nan")
     v_holes[prep.tgt] = float("nan")
     multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True, fused=fused)
+    from sglang_eagle_paged.adapters.v2 import fa3_dense
+
+    per_token, write = [], fa3_dense.per_token_draft_metadata_all_steps
+    monkeypatch.setattr(fa3_dense, "per_token_draft_metadata_all_steps",
+                        lambda *a, **kw: (per_token.append(1), write(*a, **kw)))
     runner, replayed = _draft_graph_runner(case, multi, CAPTURED)
     g = torch.Generator().manual_seed(params[0])
     seen = set()  # padding rows per batch: the shapes below must include padded ones
@@ -733,6 +738,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
             for z in range(len(real), padded * case.topk):  # padding: inside the pool, never a fault
                 assert reads[z].numel() == 0 or int(reads[z].max()) < case.pool.size + case.page
     assert seen >= {0, 1}, seen  # padded (size 3 to 4) and unpadded graph batches, and eager ones
+    assert bool(per_token) is fused  # the graph replays' metadata from the per-token writer where fused
 
 
 def test_an_idle_draft_batch_passes_through(monkeypatch):
