@@ -29,6 +29,7 @@ import logging
 
 from ...settings import FA3Expand, Settings
 from ..common import fa3_metadata
+from . import draft_plan, fa3_dense
 from .sglang_api import FA3_FUSED_TARGET
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -84,6 +85,8 @@ def warm_up_hook(selection: FA3Expand):
             if first is not None:
                 fa3_metadata.warm_up(first.device, multi.topk, multi.speculative_num_steps, first.page_size,
                                      selection, live_slots=True)
+                if selection is FA3Expand.FUSED:  # issue 61 seam: the per-token form's writer, where it serves
+                    fa3_dense.warm_up(multi, draft_plan.fa3_path(multi))  # start-up: the plan's own rule
         except Exception as exc:  # noqa: BLE001 -- our kernels failed before serving: SGLang's builders serve
             from . import fault
 
