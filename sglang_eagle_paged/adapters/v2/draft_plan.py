@@ -69,6 +69,13 @@ class Fa3Path:
             out |= {int(cpu[:bs].max())} if cpu is not None else set(by_cpu)  # a CPU tensor: no device sync
         return out.pop() if len(out) == 1 else None
 
+    def batch_bound(self, forward_batch, bs):
+        """The page-table bound a fused writer writes this batch with, where it writes exactly what SGLang
+        would (the batch's form, SGLang's tables at ``bs``, the steps agreeing on the bound); else None."""
+        if not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) or not self.fits_at(bs):
+            return None
+        return self.page_bound(forward_batch, bs)
+
     def fits_at(self, bs) -> bool:
         """Whether SGLang's per-batch-size tables hold ``bs`` and its expand tables take every live slot
         (SGLang asserts they do, and raises where they do not); decided once per batch size."""

@@ -75,10 +75,7 @@ def wrote_per_token(multi, forward_batch, bs, path) -> bool:
     runner's :class:`.draft_plan.Fa3Path` ``path`` found every step it writes covered by fa3 in place,
     SGLang's tables at ``bs`` take the write and the steps agree on the page bound; False (nothing
     written) elsewhere: SGLang's builders and our rewrite serve."""
-    if not path.per_token or not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) \
-            or not path.fits_at(bs):
-        return False
-    max_seq_len_k = path.page_bound(forward_batch, bs)
+    max_seq_len_k = path.batch_bound(forward_batch, bs) if path.per_token else None
     if max_seq_len_k is None:
         return False
     backends = list(path.steps)

@@ -61,10 +61,7 @@ def describe(hooked: list) -> str:
 def wrote_fused(multi, forward_batch, bs, path) -> bool:
     """Every step's metadata in one launch, where that writes exactly what SGLang would; ``path``: the
     draft runner's :class:`.draft_plan.Fa3Path` (the steps, their bound rule, the batch sizes that fit)."""
-    if not path.fused or not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) \
-            or not path.fits_at(bs):
-        return False
-    max_seq_len_k = path.page_bound(forward_batch, bs)
+    max_seq_len_k = path.batch_bound(forward_batch, bs) if path.fused else None
     if max_seq_len_k is None:
         return False
     fa3_metadata.write_fused(multi, list(path.steps), forward_batch, bs, max_seq_len_k, live_slots=True)
