@@ -236,6 +236,7 @@ def _server_args(**kw):
 
 def _refused(worker, caplog, dense) -> str:
     """decide()'s one line for ``worker``, which must be a refusal (WARNING, the layout off)."""
+    caplog.clear()  # decide()'s lines only, not a line the test logged before (the auto row's, for one)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert not dense_draft.decide(worker, dense)
     lines = [r for r in caplog.records if "dense draft" in r.getMessage()]
