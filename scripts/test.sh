@@ -23,7 +23,7 @@ V1_TESTS=(tests/adapters/v1 tests/adapters/common tests/kernels/test_tree_alloc_
 # on 0.5.17's own source (the releases between 0.5.17 and 0.5.23: scripts/check_fa3_proofs.sh, not here).
 V517_TESTS=(tests/adapters/v2/test_fa3_replay.py tests/adapters/v2/test_fa3_in_place.py
             tests/adapters/v2/test_dense_draft.py tests/adapters/v2/test_dense_hooks.py
-            tests/adapters/v2/test_dense_rounds.py
+            tests/adapters/v2/test_dense_rounds.py tests/adapters/v2/test_fa3_dense.py
             tests/bench/test_device_v2_scripts.py::test_every_configuration_of_the_v2_sets_parses_with_the_installed_sglangs_own_parser)
 
 PARTS="${TEST_PARTS:-v2 v1 v517}"

@@ -39,7 +39,8 @@ V2_TESTED = (Version("0.5.13"), Version("0.5.23"))
 # - the dense draft layout (SGLANG_EAGLE_PAGED_DENSE_DRAFT=1): test_dense_draft.py and
 #   test_dense_hooks.py on 0.5.23 and 0.5.17, test_dense_rounds.py on 0.5.23; its hook points
 #   (allocation_sizing's reserve, the module-level prepare_for_draft, the index kernel's positional
-#   page_size) are those of 0.5.17 .. 0.5.23.
+#   page_size) are those of 0.5.17 .. 0.5.23; on fa3 (where fa3 in place covers every draft step, whose
+#   row it needs too): test_fa3_dense.py on 0.5.23 and 0.5.17.
 # - the dense draft layout by default (SGLANG_EAGLE_PAGED_DENSE_DRAFT unset or auto): per draft decode
 #   backend, where the GPU suite has proven it (docs/gpu.md); none yet, so auto is off everywhere.
 

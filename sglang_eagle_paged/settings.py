@@ -10,8 +10,8 @@ Benchmark and diagnostic switches (``docs/configuration.md``): ``fake`` above,
 ``SGLANG_EAGLE_PAGED_FA3_EXPAND`` (default ``fused`` on both generations, on v2 where
 ``releases.PROVEN`` says it is proven: :func:`Settings.fa3_expand_for`),
 ``SGLANG_EAGLE_PAGED_FA3_IN_PLACE`` (off by default: measured slower than the fused copy, docs/configuration.md),
-``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft layout and reserve at page > 1, flashinfer and
-triton; ``auto`` by default: on where the GPU suite proved it, per backend and release, which is
+``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (v2: page 1's draft layout and reserve at page > 1, flashinfer,
+triton and fa3; ``auto`` by default: on where the GPU suite proved it, per backend and release, which is
 nowhere yet; ``1`` asks for it where it is CPU-proven), ``SGLANG_EAGLE_PAGED_VERIFY_FREE``,
 ``SGLANG_EAGLE_PAGED_DIRECT_LAUNCH``. Tools:
 ``SGLANG_EAGLE_PAGED_SMOLLM2_DIR`` (the converted real model's cache).

@@ -116,13 +116,23 @@ def _write_step(
             tl.store(cache_seqlens + row * cs_stride, _floor_div(seq, page_size) * page_size)
 
     if row < bs:
-        cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-        live = cols < n_cols
-        req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
-        tok = tl.load(strided_indices + cols * si_stride, mask=live, other=0).to(tl.int64)
-        slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
-        tl.store(page_table + row * pt_stride0 + cols * pt_stride1,
-                 _floor_div(slot, page_size).to(tl.int32), mask=live)
+        _write_prefix_pages(row, blk, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+                            n_cols, page_table, pt_stride0, pt_stride1, strided_indices, si_stride,
+                            page_size, BLOCK_COLS)
+
+
+@triton.jit
+def _write_prefix_pages(row, blk, req_pool_indices, rpi_stride, req_to_token, rtt_stride0, rtt_stride1,
+                        n_cols, page_table, pt_stride0, pt_stride1, strided_indices, si_stride,
+                        page_size: tl.constexpr, BLOCK_COLS: tl.constexpr):
+    """Block ``blk`` of request ``row``'s first-pass page table, as SGLang writes it:
+    ``req_to_token[req_pool_indices[row], strided_indices[cols]] // page_size`` for ``cols < n_cols``."""
+    cols = blk.to(tl.int64) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
+    live = cols < n_cols
+    req = tl.load(req_pool_indices + row * rpi_stride).to(tl.int64)
+    tok = tl.load(strided_indices + cols * si_stride, mask=live, other=0).to(tl.int64)
+    slot = tl.load(req_to_token + req * rtt_stride0 + tok * rtt_stride1, mask=live, other=0)
+    tl.store(page_table + row * pt_stride0 + cols * pt_stride1, _floor_div(slot, page_size).to(tl.int32), mask=live)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS, do_not_specialize_on_alignment=_POINTERS)
@@ -414,13 +424,27 @@ def draft_decode_metadata_all_steps(
 ) -> None:
     """:func:`draft_decode_metadata` for every step of ``steps`` (each with its own
     ``decode_length`` and ``strided_indices``), in one launch."""
-    first = steps.steps[0]
-    plan = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
-                     seq_lens, req_pool_indices, first.strided_indices, max_seq_pages, cache_loc, topk, page_size)
+    plan = table_launch(steps, seq_lens, req_pool_indices, req_to_token, max_seq_pages, cache_loc, topk, page_size)
     if plan is None:
         return
+    grid, args, n_loc = plan
+    launch(_draft_decode_metadata_all_steps_kernel, grid, args,
+           dict(topk=topk, page_size=page_size, STEPS=n_loc, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)),
+                BLOCK_COLS=BLOCK_COLS, N_STEPS=len(steps.steps), FIELDS=_FIELDS, LIVE_SLOTS=live_slots), num_warps=1)
+
+
+def table_launch(steps: DraftStepTable, seq_lens, req_pool_indices, req_to_token, max_seq_pages, cache_loc, topk,
+                 page_size):
+    """``(grid, runtime arguments, cache_loc width)`` of a launch over ``steps``' table (the checks
+    on step 0's tensors), or None when there is nothing to write. The arguments are those every
+    all-steps kernel takes first: the table, the batch's inputs, the columns and the batch size."""
+    first = steps.steps[0]
+    plan = _launch(first.cache_seqlens, first.page_table, first.expand_cache_seqlens, first.expand_page_table,
+                   seq_lens, req_pool_indices, first.strided_indices, max_seq_pages, cache_loc, topk, page_size)
+    if plan is None:
+        return None
     grid, n_cols, bs, num_seqs, n_loc = plan
-    launch(_draft_decode_metadata_all_steps_kernel, grid, (
+    return grid, (
         steps.table,
         seq_lens, seq_lens.stride(0),
         req_pool_indices, req_pool_indices.stride(0),
@@ -428,8 +452,7 @@ def draft_decode_metadata_all_steps(
         n_cols,
         cache_loc, cache_loc.stride(0), cache_loc.stride(1), num_seqs,
         bs,
-    ), dict(topk=topk, page_size=page_size, STEPS=n_loc, STEPS_POW2=triton.next_power_of_2(max(n_loc, 1)),
-            BLOCK_COLS=BLOCK_COLS, N_STEPS=len(steps.steps), FIELDS=_FIELDS, LIVE_SLOTS=live_slots), num_warps=1)
+    ), n_loc
 
 
 def draft_decode_metadata_all_steps_reference(

@@ -57,7 +57,8 @@ def _dense_draft_line(asked: bool | None, version) -> str:
     return _opt_in_line(asked, settings.DENSE_DRAFT, "SGLang's per-branch draft layout and reserve",
                         releases.unproven("dense_draft", version) if asked else None,
                         f"asked ({settings.DENSE_DRAFT}): page 1's draft slots and reserve where the draft worker's "
-                        "backend is flashinfer's or triton's (decided at start-up, one line)")
+                        "backend is flashinfer's or triton's, or fa3's where fa3 in place covers it (decided at "
+                        "start-up, one line)")
 
 
 def fa3_metadata_line(s: Settings, version) -> str:
@@ -73,7 +74,7 @@ def fa3_metadata_line(s: Settings, version) -> str:
     if chosen is FA3Expand.FUSED:
         how = f"{settings.FA3_EXPAND}=fused" if s.fa3_expand_explicit else f"{settings.FA3_EXPAND} unset: the default"
         return f"fused ({how}): the draft round's FA3 metadata in one launch" + (
-            "; SGLang's builders where fa3 reads in place" if s.fa3_in_place else "")
+            ", in the per-token form where fa3 reads in place" if s.fa3_in_place else "")
     asked = s.fa3_expand_for("v2")
     why = releases.unproven("fa3_fused_v2", version) if asked is FA3Expand.FUSED else None
     return f"expand ({settings.FA3_EXPAND}={asked.value}): the expand builder replaced" + (f"; {why}" if why else "")
@@ -84,5 +85,6 @@ def _fa3_in_place_line(asked: bool, version) -> str:
 
     return _opt_in_line(asked, settings.FA3_IN_PLACE, "fa3 copies the prefix tail",
                         releases.unproven("fa3_in_place", version) if asked else None,
-                        f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies, its metadata "
-                        "from SGLang's builders (the fused writer does not write that form)")
+                        f"on ({settings.FA3_IN_PLACE}): fa3's draft reads the prefix tail where it lies, its replay "
+                        "metadata from the fused writer's per-token form, eager steps SGLang's builders and our "
+                        "rewrite")

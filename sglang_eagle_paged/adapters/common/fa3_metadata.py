@@ -186,7 +186,7 @@ def _backend_class():
 _STEP_TABLES = weakref.WeakKeyDictionary()
 
 
-def _step_table(multi, backends, metadata, bs):
+def step_table(multi, backends, metadata, bs):
     """The :class:`DraftStepTable` of these backends' buffers at ``bs``, or None: launch per step.
 
     Cached; valid while every tensor it was built from is the same object. The key
@@ -242,7 +242,7 @@ def write_fused(multi, backends, forward_batch, bs, max_seq_len_k, live_slots=Fa
     out_cache_loc = forward_batch.out_cache_loc
     metadata = [(b.draft_decode_metadata_topk_normal[bs], b.draft_decode_metadata_topk_expand[bs])
                 for b in backends]
-    table = _step_table(multi, backends, metadata, bs)
+    table = step_table(multi, backends, metadata, bs)
     if table is not None:
         b = backends[0]
         draft_decode_metadata_all_steps(

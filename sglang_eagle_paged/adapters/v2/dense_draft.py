@@ -19,7 +19,8 @@ The two pieces SGLang cannot be told through its own arguments, proven on its ow
   translated.
 
 fa3 needs nothing here: its in-place form (:mod:`.fa3_in_place`) reads each branch's draft slots
-from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them.
+from ``out_cache_loc`` per token, so it reads the dense slots once ``out_cache_loc`` holds them
+(:mod:`.fa3_dense`: its admission, fused metadata and fault rule).
 
 Behind ``SGLANG_EAGLE_PAGED_DENSE_DRAFT`` (``1``; ``auto``, the default, where ``releases.PROVEN``'s
 GPU row says, nowhere yet) the hooks are (built by :mod:`.hook_table`, each handed the one
@@ -34,11 +35,10 @@ GPU row says, nowhere yet) the hooks are (built by :mod:`.hook_table`, each hand
   modules with :class:`DenseDraftIndices` (as a class: :func:`index_kernel_hook`).
 
 :func:`decide` turns the layout on, once per process, from the draft worker SGLang built (after its
-``init_attention_backend``): flashinfer's or triton's multi-step draft backend, no draft window,
-no translated reads, the plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or
-STANDALONE without adaptive steps, no disaggregated decode. Anything else keeps SGLang's layout,
-said in one line. fa3 is refused although its in-place reads are proven on the dense slots: its
-fault rule brings SGLang's per-branch split back, which cannot read the dense layout.
+``init_attention_backend``): flashinfer's or triton's multi-step draft backend, or fa3's where fa3
+in place covers every step (:func:`.fa3_dense.refusal`), no draft window, no translated reads, the
+plain MHA pool, allocation page = kernel page (no DCP), EAGLE, EAGLE3 or STANDALONE without adaptive
+steps, no disaggregated decode. Anything else keeps SGLang's layout, said in one line.
 
 The fault rule takes one round more than the other paths of ours (``docs/design.md``): a round
 already allocated with the dense reserve cannot take the per-branch layout (its rows end before
@@ -56,7 +56,7 @@ import torch
 
 from ...hooks import resolve
 from ...tree_layout import dense_positions, len_per_decode, paged_tree, reserve_per_decode
-from . import fault, pools
+from . import fa3_dense, fault, pools
 from . import sglang_api as api
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -175,8 +175,10 @@ def refusal(worker, dense: DenseLayout) -> str | None:
     backend = getattr(runner, "draft_attn_backend", None)
     cls = type(backend)
     name = _BACKENDS.get(f"{cls.__module__}.{cls.__qualname__}")
+    if name is None and fa3_dense.is_fa3(backend):  # issue 61 seam: fa3 reads the dense slots per token
+        name = "fa3"
     if name is None:
-        return f"draft decode backend {cls.__name__} is not flashinfer's or triton's multi-step draft backend"
+        return f"draft decode backend {cls.__name__} is not flashinfer's, triton's or fa3's multi-step draft backend"
     if dense.backends is not None and name not in dense.backends:
         return (f"{name} is not proven by the GPU suite (SGLANG_EAGLE_PAGED_DENSE_DRAFT=auto serves "
                 f"{', '.join(dense.backends) or 'none'}; =1 asks for it)")
@@ -190,10 +192,12 @@ def refusal(worker, dense: DenseLayout) -> str | None:
         return "adaptive speculative steps move the reserve after start-up"
     if str(getattr(args, "disaggregation_mode", "null") or "null") != "null":
         return "disaggregated decode sizes its own reserve"
-    module = _READERS[name]
-    reader = getattr(backend, _KERNEL, None) if name == "flashinfer" else getattr(
-        __import__(module, fromlist=[_KERNEL]), _KERNEL, None)
-    if not is_hooked(reader):
+    if name == "fa3":  # issue 61 seam: fa3 in place's per-token reads, not an index kernel
+        problem = fa3_dense.refusal(backend)
+        if problem is not None:
+            return problem
+    elif not is_hooked(getattr(backend, _KERNEL, None) if name == "flashinfer" else getattr(
+            __import__(_READERS[name], fromlist=[_KERNEL]), _KERNEL, None)):
         return f"{name}'s index kernel is not hooked"
     if getattr(backend, "draft_window_size", 0):
         return "a draft window reads through another index kernel"

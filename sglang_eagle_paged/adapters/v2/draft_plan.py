@@ -10,8 +10,8 @@ installed hooks ask (:class:`Options`, built by :mod:`.hook_table`):
   skipped (no reader sees the copied slots: flashinfer, triton, fa3 in place, :mod:`.backends`), or
   SGLang's own function (a pool our kernel does not copy);
 - the readers: which draft decode backend reads, and whether fa3 reads the tail in place;
-- fa3's draft metadata path (:class:`Fa3Path`): whether the fused writer may serve this backend, the
-  per-step backends it writes, the page-table bound rule of those steps, and per batch size whether
+- fa3's draft metadata path (:class:`Fa3Path`): whether the fused writer may serve this backend, in
+  SGLang's split form or fa3 in place's per-token form, the per-step backends it writes, the page-table bound rule of those steps, and per batch size whether
   SGLang's tables take the fused write.
 
 A draft step costs identity checks and field reads: :func:`current` and :func:`for_fa3` check that
@@ -57,6 +57,8 @@ class Fa3Path:
     bound: tuple | None  # the page-table bound rule: (limits of steps bounded by max_context_len, limits of
     #                      steps bounded by the CPU lengths); None: an attribute SGLang no longer sets
     fits: dict = field(default_factory=dict)  # batch size -> whether SGLang's tables at that size take the fused write
+    per_token: bool = False  # the fused writer writes fa3 in place's per-token form instead: fa3 in place
+    #                          covers every step it writes (:func:`.fa3_dense.wrote_per_token`, issue 61)
 
     def page_bound(self, forward_batch, bs):
         """SGLang's page-table bound of every step (0.5.17 ..), or None where the steps disagree."""
@@ -66,6 +68,13 @@ class Fa3Path:
             cpu = forward_batch.seq_lens_cpu
             out |= {int(cpu[:bs].max())} if cpu is not None else set(by_cpu)  # a CPU tensor: no device sync
         return out.pop() if len(out) == 1 else None
+
+    def batch_bound(self, forward_batch, bs):
+        """The page-table bound a fused writer writes this batch with, where it writes exactly what SGLang
+        would (the batch's form, SGLang's tables at ``bs``, the steps agreeing on the bound); else None."""
+        if not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) or not self.fits_at(bs):
+            return None
+        return self.page_bound(forward_batch, bs)
 
     def fits_at(self, bs) -> bool:
         """Whether SGLang's per-batch-size tables hold ``bs`` and its expand tables take every live slot
@@ -112,7 +121,8 @@ def fa3_path(backend) -> Fa3Path | None:
         return None
     steps = tuple(getattr(backend, "attn_backends", None) or ())
     # fa3 in place rewrites each step's metadata after SGLang's per-step builders, and a graph captured
-    # with its per-token view reads only that form, which the fused writer does not write
+    # with its per-token view reads only that form, which the split form's fused writer does not write;
+    # where it covers every step written, the per-token form's writer serves instead (``per_token``)
     in_place = any(fa3_in_place.covered(b) for b in steps)
     n = (getattr(backend, "speculative_num_steps", 0) or 0) - 1
     fused = fa3_metadata.fusable_steps(steps[:n]) if n >= 1 and len(steps) >= n else None
@@ -123,7 +133,9 @@ def fa3_path(backend) -> Fa3Path | None:
         if all(isinstance(x, bool) for x in needs) and all(isinstance(x, int) for x in limits):
             bound = (frozenset(lim for lim, cpu in zip(limits, needs) if not cpu),
                      frozenset(lim for lim, cpu in zip(limits, needs) if cpu))
-    return Fa3Path(fused=not in_place and fused is not None and bound is not None, steps=fused, bound=bound)
+    writable = fused is not None and bound is not None
+    return Fa3Path(fused=not in_place and writable, steps=fused, bound=bound,
+                   per_token=writable and all(fa3_in_place.covered(b) for b in fused))
 
 
 def derive(pool, runner, options: Options = NO_OPTIONS, backend=None) -> DraftPlan:
@@ -176,6 +188,13 @@ def current(pool) -> DraftPlan:
     if plan is None:
         return _keep(pool, derive(pool, None))
     return _keep(pool, derive(pool, plan.runner, plan.options, plan.backend))
+
+
+def dense_of(pool):
+    """The :class:`.dense_draft.DenseLayout` the installed hooks handed ``pool``'s plan, or None (not
+    asked, or no plan kept on ``pool``): read, never derived (fa3's fault rule reads it per step)."""
+    plan = getattr(pool, _ATTR, None)
+    return plan.options.dense if plan is not None else None
 
 
 def for_fa3(multi) -> DraftPlan | None:

@@ -14,8 +14,9 @@ proof (:mod:`.fa3_in_place`, :mod:`.dense_draft`, :mod:`.fa3_replay`, the kernel
    hands the layout back to SGLang's.
 3. The prefix-tail duplication (:func:`duplication_hook`): the runner's plan says ours, skipped or
    SGLang's.
-4. The draft decode's metadata: fa3's fused replay (:func:`fused_out_graph_hook`) or its expand
-   builder (:func:`expand_hook`); fa3 in place rewrites SGLang's (:func:`after_metadata`) and gives
+4. The draft decode's metadata: fa3's fused replay (:func:`fused_out_graph_hook`; in fa3 in place's
+   per-token form where it covers every step, :mod:`.fa3_dense`) or its expand builder
+   (:func:`expand_hook`); fa3 in place rewrites SGLang's (:func:`after_metadata`) and gives
    the expand call of each layer a per-token view (:func:`around_flash_attn`). triton's and
    flashinfer's index kernel launches with page 1 where the dense layout serves
    (:func:`dense_index_launch`).
@@ -31,7 +32,7 @@ import functools
 from ...kernels.prefix_tail import duplicate_prefix_tail
 from ...settings import Mode
 from ..common import fa3_metadata
-from . import dense_draft, draft_plan, fa3_in_place, fa3_replay, fault
+from . import dense_draft, draft_plan, fa3_dense, fa3_in_place, fa3_replay, fault
 
 # --------------------------------------------------------------------------- 1, 2: the dense layout
 
@@ -116,8 +117,11 @@ def fused_out_graph_hook(original, multi, forward_batch, in_capture=False):
             plan = draft_plan.for_fa3(multi)
             # a backend whose steps reach no pool has no runner's plan (tools, benchmarks): its path now
             path = plan.fa3 if plan is not None else draft_plan.fa3_path(multi)
-            if path is not None and fa3_replay.wrote_fused(multi, forward_batch, bs, path):
-                return None
+            if path is not None:
+                # issue 61 seam: where fa3 in place covers every step written, the per-token form's writer
+                write = fa3_dense.wrote_per_token if path.per_token else fa3_replay.wrote_fused
+                if write(multi, forward_batch, bs, path):
+                    return None
         except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's replay serves
             fault.trip("fa3 fused draft metadata", exc)
     return original(multi, forward_batch, in_capture=in_capture)
@@ -136,6 +140,8 @@ def after_metadata(result, backend, forward_batch, *args, **kwargs):
         _to_in_place(backend, forward_batch)
     except Exception as exc:  # noqa: BLE001 -- never the scheduler's: SGLang's form, over SGLang's copy
         fault.trip("fa3 in place", exc)
+        # issue 61 seam: a round allocated for the dense layout keeps the per-token form
+        fa3_dense.after_rewrite_fault(backend, forward_batch, _dense_of(backend))
     return None
 
 
@@ -145,7 +151,9 @@ def _to_in_place(backend, forward_batch) -> None:
     expand = backend.forward_metadata_spec_decode_expand
     if expand is None or backend.speculative_num_steps <= 0:
         return
-    if fault.SWITCH and not fa3_in_place.is_per_token(expand.page_table):
+    # issue 61 seam: rounds allocated for the dense layout are read per token until it is handed back
+    if fault.SWITCH and not fa3_in_place.is_per_token(expand.page_table) \
+            and not fa3_dense.reads_dense(_dense_of(backend)):
         return  # SGLang's form over the copy; only tables a graph captured per token stay ours
     metadata = backend.forward_metadata
     out_cache_loc = getattr(forward_batch, "out_cache_loc", None)
@@ -156,6 +164,12 @@ def _to_in_place(backend, forward_batch) -> None:
     fa3_in_place.rewrite_draft_metadata(metadata, expand, forward_batch.seq_lens[:bs],
                                         out_cache_loc.view(-1, backend.speculative_num_steps),
                                         backend.speculative_step_id + 1)
+
+
+def _dense_of(step):
+    """The dense layout handed the plan of the runner whose pool fa3's per-step backend ``step`` reads
+    (None: not asked); a field read, only after a fault."""
+    return draft_plan.dense_of(getattr(step, "token_to_kv_pool", None))
 
 
 def dense_index_launch(launch, args, kwargs):

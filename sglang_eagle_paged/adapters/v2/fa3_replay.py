@@ -29,6 +29,7 @@ import logging
 
 from ...settings import FA3Expand, Settings
 from ..common import fa3_metadata
+from . import draft_plan, fa3_dense
 from .sglang_api import FA3_FUSED_TARGET
 
 logger = logging.getLogger("sglang_eagle_paged")
@@ -60,10 +61,7 @@ def describe(hooked: list) -> str:
 def wrote_fused(multi, forward_batch, bs, path) -> bool:
     """Every step's metadata in one launch, where that writes exactly what SGLang would; ``path``: the
     draft runner's :class:`.draft_plan.Fa3Path` (the steps, their bound rule, the batch sizes that fit)."""
-    if not path.fused or not fa3_metadata.batch_fusable(forward_batch, bs, cpu_lens_needed=False) \
-            or not path.fits_at(bs):
-        return False
-    max_seq_len_k = path.page_bound(forward_batch, bs)
+    max_seq_len_k = path.batch_bound(forward_batch, bs) if path.fused else None
     if max_seq_len_k is None:
         return False
     fa3_metadata.write_fused(multi, list(path.steps), forward_batch, bs, max_seq_len_k, live_slots=True)
@@ -84,6 +82,8 @@ def warm_up_hook(selection: FA3Expand):
             if first is not None:
                 fa3_metadata.warm_up(first.device, multi.topk, multi.speculative_num_steps, first.page_size,
                                      selection, live_slots=True)
+                if selection is FA3Expand.FUSED:  # issue 61 seam: the per-token form's writer, where it serves
+                    fa3_dense.warm_up(multi, draft_plan.fa3_path(multi))  # start-up: the plan's own rule
         except Exception as exc:  # noqa: BLE001 -- our kernels failed before serving: SGLang's builders serve
             from . import fault
 

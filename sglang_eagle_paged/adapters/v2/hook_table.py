@@ -11,9 +11,9 @@ nothing under it imports this module.
 | ``allocation_sizing.get_alloc_len_per_decode``          | around  | dense draft layout           |
 | ``eagle_worker_common.prepare_for_draft``               | around  | dense draft layout           |
 | triton's / flashinfer's ``generate_draft_decode_kv_indices`` | replace | dense draft layout      |
-| ``FlashAttentionBackend.__init__``                      | after   | fa3 in place                 |
-| ``FlashAttentionBackend.init_forward_metadata[_out_graph]`` | after | fa3 in place               |
-| fa3's ``flash_attn_with_kvcache``                       | around  | fa3 in place                 |
+| ``FlashAttentionBackend.__init__``                      | after   | fa3 in place, dense layout   |
+| ``FlashAttentionBackend.init_forward_metadata[_out_graph]`` | after | fa3 in place, dense layout |
+| fa3's ``flash_attn_with_kvcache``                       | around  | fa3 in place, dense layout   |
 | fa3's ``draft_decode_set_expand_metadata``              | around  | fa3 metadata expand or fused |
 | ``FlashAttentionMultiStepBackend.init_forward_metadata_out_graph`` | around | fa3 metadata fused  |
 | the draft workers' ``init_attention_backend``           | after   | fa3 metadata: compile ahead  |
@@ -68,7 +68,9 @@ def hooks(settings_or_mode, version: str | None = None) -> list:
     if mode is Mode.ON:  # fake launches nothing: nothing to compile
         after = functools.partial(warm_up.after_hook, options=draft_plan.Options(dense=dense))
         out += [Hook(t, after, "after", required=False, purpose=WARM_UP) for t in warm_up_targets()]
-    if mode is Mode.ON and s is not None and s.fa3_in_place:
+    # issue 61 seam: the dense layout on fa3 reads through fa3 in place's per-token form, so where the
+    # layout is installed, those hooks are too (decide() admits fa3 only where they cover every step)
+    if mode is Mode.ON and s is not None and (s.fa3_in_place or dense is not None):
         out += fa3_in_place_hooks(version)
     if dense is not None:
         out += dense_draft_hooks(dense)

@@ -105,7 +105,10 @@ def test_the_reserve_is_page_1s_once_the_plan_is_on(installed, caplog):
 
 
 @pytest.mark.parametrize("why,make", [
-    ("FlashAttentionMultiStepBackend", lambda case: _worker(case, object.__new__(fa3b.FlashAttentionMultiStepBackend))),
+    # fa3 serves where fa3 in place covers every step backend (test_fa3_dense.py); none here
+    ("fa3's multi-step draft backend has no step backends",
+     lambda case: _worker(case, object.__new__(fa3b.FlashAttentionMultiStepBackend))),
+    ("is not flashinfer's, triton's or fa3's", lambda case: _worker(case, object())),
     ("draft window", lambda case: _worker(case, _triton(case, draft_window_size=64))),
     ("translated", lambda case: _worker(case, _triton(case, kv_index_translator=SimpleNamespace(is_translating=True)))),
     ("adaptive", lambda case: _worker(case, _triton(case), speculative_adaptive=True)),
@@ -233,6 +236,7 @@ def _server_args(**kw):
 
 def _refused(worker, caplog, dense) -> str:
     """decide()'s one line for ``worker``, which must be a refusal (WARNING, the layout off)."""
+    caplog.clear()  # decide()'s lines only, not a line the test logged before (the auto row's, for one)
     with caplog.at_level(logging.INFO, logger="sglang_eagle_paged"):
         assert not dense_draft.decide(worker, dense)
     lines = [r for r in caplog.records if "dense draft" in r.getMessage()]

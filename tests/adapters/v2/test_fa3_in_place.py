@@ -697,8 +697,9 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     exactly its prefix and its own draft slots and gets SGLang's attention over the copy, and the
     padding rows read slots inside the pool. On today's 0.5.17 this raised (a graph padded past the
     batch's ``out_cache_loc``), which switched the path off in the first serving passes. With the
-    fused replay metadata asked for too, the fused writer (SGLang's split form) leaves an in-place
-    draft backend to SGLang's builders and our rewrite: else the graph would read the holes."""
+    fused replay metadata asked for too, an in-place draft backend's replays are written by the
+    per-token form's fused writer (``fa3_dense.wrote_per_token``), not the split form's: else the
+    graph would read the holes."""
     monkeypatch.setattr(fault.SWITCH, "reason", None)
     case, prep = _bf16_case(params, monkeypatch)
     k_copied, v_copied = case.pool.k_buffer[0].clone(), case.pool.v_buffer[0].clone()
@@ -706,6 +707,11 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
     k_holes[prep.tgt] = float("nan")
     v_holes[prep.tgt] = float("nan")
     multi = _hooked_draft_backend(case, max(CAPTURED), in_place=True, fused=fused)
+    from sglang_eagle_paged.adapters.v2 import fa3_dense
+
+    per_token, write = [], fa3_dense.per_token_draft_metadata_all_steps
+    monkeypatch.setattr(fa3_dense, "per_token_draft_metadata_all_steps",
+                        lambda *a, **kw: (per_token.append(1), write(*a, **kw)))
     runner, replayed = _draft_graph_runner(case, multi, CAPTURED)
     g = torch.Generator().manual_seed(params[0])
     seen = set()  # padding rows per batch: the shapes below must include padded ones
@@ -738,6 +744,7 @@ def test_in_place_reads_through_sglangs_graph_runner_with_padded_and_changing_ba
             for z in range(len(real), padded * case.topk):  # padding: inside the pool, never a fault
                 assert reads[z].numel() == 0 or int(reads[z].max()) < case.pool.size + case.page
     assert seen >= {0, 1}, seen  # padded (size 3 to 4) and unpadded graph batches, and eager ones
+    assert bool(per_token) is fused  # the graph replays' metadata from the per-token writer where fused
 
 
 def test_an_idle_draft_batch_passes_through(monkeypatch):
