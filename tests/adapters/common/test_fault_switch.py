@@ -3,7 +3,6 @@ fault (a server that faults every round must not flood its log)."""
 
 import logging
 
-import pytest
 
 from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch
 
@@ -34,15 +33,3 @@ def test_a_silent_trip_stays_silent_when_faults_follow(caplog):
         switch.trip("warm-up failed", say=False)
         switch.trip(KeyError("later"))
     assert switch.reason == "warm-up failed" and _errors(caplog) == []
-
-
-def test_the_v2_duplication_switch_says_once_per_process(monkeypatch, caplog):
-    pytest.importorskip("sglang.srt.speculative.eagle_worker_common")
-    from sglang_eagle_paged.adapters.v2 import duplicate
-
-    monkeypatch.setattr(duplicate._switched_off, "reason", None)
-    with caplog.at_level(logging.INFO, logger=LOGGER):
-        for i in range(3):
-            duplicate.switch_off(f"fault {i}")
-    assert duplicate.switched_off() == "fault 0"
-    assert len(_errors(caplog)) == 1 and "fault 0" in _errors(caplog)[0]
