@@ -3,7 +3,6 @@ fault (a server that faults every round must not flood its log)."""
 
 import logging
 
-
 from sglang_eagle_paged.adapters.common.fault_switch import FaultSwitch
 
 LOGGER = "sglang_eagle_paged"
