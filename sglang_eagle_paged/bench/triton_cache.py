@@ -16,7 +16,7 @@ from typing import Iterable
 OUR_KERNELS = ("_tree_extension_kernel", "_assign_tree_draft_slots_kernel",
                "_duplicate_kv_kernel", "_duplicate_prefix_tail_kernel", "_move_rows_kernel", "_src_to_free_kernel",
                "_draft_decode_metadata_all_steps_kernel", "_draft_decode_metadata_kernel",
-               "_expand_draft_page_table_kernel", "_split_verify_slots_kernel")
+               "_expand_draft_page_table_kernel", "_split_verify_slots_kernel", "_per_token_all_steps_kernel")
 # Kernels whose compiled variants are counted: ours, and SGLang's built-in ones that take
 # the copy length or the pair count as a constexpr.
 COUNTED_KERNELS = OUR_KERNELS + ("assign_draft_cache_locs", "copy_all_layer_kv_cache_tiled")
